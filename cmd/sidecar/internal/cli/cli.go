@@ -1,0 +1,85 @@
+// Package cli holds the sidecar's command line, so main stays thin and the
+// commands can be tested.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/meshlet-dev/meshlet/examples"
+	"github.com/meshlet-dev/meshlet/lb/sim"
+)
+
+const usage = `usage:
+  sidecar lb simulate [-o table|json] [scenario.yaml]
+      run a load-balancing scenario (default: the embedded examples/zone-residual.yaml)
+  sidecar lb examples
+      list the embedded example scenarios (run one with -example NAME)`
+
+// Main runs the command line args and writes results to out.
+func Main(args []string, out io.Writer) error {
+	if len(args) < 2 || args[0] != "lb" {
+		return errors.New(usage)
+	}
+	switch args[1] {
+	case "simulate":
+		return simulate(args[2:], out)
+	case "examples":
+		entries, err := examples.Files.ReadDir(".")
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			fmt.Fprintln(out, e.Name())
+		}
+		return nil
+	}
+	return errors.New(usage)
+}
+
+func simulate(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("lb simulate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	format := fs.String("o", "table", "output format: table or json")
+	example := fs.String("example", "", "run an embedded example scenario by name")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("lb simulate: %w\n%s", err, usage)
+	}
+	if *format != "table" && *format != "json" {
+		return fmt.Errorf("lb simulate: -o %q: want table or json", *format)
+	}
+	var data []byte
+	var err error
+	switch {
+	case fs.NArg() > 1:
+		return fmt.Errorf("lb simulate: one scenario file at most\n%s", usage)
+	case fs.NArg() == 1:
+		data, err = os.ReadFile(fs.Arg(0))
+	case *example != "":
+		data, err = examples.Files.ReadFile(*example)
+	default:
+		data, err = examples.Files.ReadFile(examples.Default)
+	}
+	if err != nil {
+		return fmt.Errorf("lb simulate: read scenario: %w", err)
+	}
+	sc, err := sim.Parse(data)
+	if err != nil {
+		return err
+	}
+	res, err := sim.Run(sc)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	_, err = io.WriteString(out, res.Table())
+	return err
+}

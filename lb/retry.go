@@ -1,0 +1,712 @@
+package lb
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// RetryOn is a bit set of Envoy retry_on conditions. The HTTP and the gRPC
+// conditions share one set because Envoy accepts both in a route's retry_on
+// string and ORs the x-envoy-retry-on and x-envoy-retry-grpc-on headers in.
+type RetryOn uint32
+
+// The retry_on conditions, in Envoy's naming order.
+const (
+	Retry5xx                     RetryOn = 1 << iota // "5xx": any 5xx response, and any reset
+	RetryGatewayError                                // "gateway-error": 502, 503, 504, and any reset
+	RetryReset                                       // "reset": any reset, disconnect or read timeout
+	RetryResetBeforeRequest                          // "reset-before-request": a reset before request bytes were sent
+	RetryConnectFailure                              // "connect-failure": connection failure or connect timeout
+	RetryEnvoyRateLimited                            // "envoy-ratelimited": response carries x-envoy-ratelimited
+	RetryRetriable4xx                                // "retriable-4xx": 409 only
+	RetryRefusedStream                               // "refused-stream": HTTP/2 REFUSED_STREAM reset
+	RetryRetriableStatusCodes                        // "retriable-status-codes": RetryPolicy.RetriableStatusCodes
+	RetryRetriableHeaders                            // "retriable-headers": a retriable_headers matcher matched
+	RetryHTTP3PostConnectFailure                     // "http3-post-connect-failure": HTTP/3 failure after connecting
+	RetryGRPCCancelled                               // "cancelled": grpc-status 1
+	RetryGRPCDeadlineExceeded                        // "deadline-exceeded": grpc-status 4
+	RetryGRPCInternal                                // "internal": grpc-status 13
+	RetryGRPCResourceExhausted                       // "resource-exhausted": grpc-status 8
+	RetryGRPCUnavailable                             // "unavailable": grpc-status 14
+)
+
+// DefaultRetryOn is meshlet's retry_on for routes that configure none. Envoy
+// has no default (no policy means no retries); meshlet retries the two
+// failures where the request provably never reached the application.
+const DefaultRetryOn = RetryConnectFailure | RetryRefusedStream
+
+// retryOnNames holds the Envoy name of bit i at index i.
+var retryOnNames = [...]string{
+	"5xx", "gateway-error", "reset", "reset-before-request", "connect-failure",
+	"envoy-ratelimited", "retriable-4xx", "refused-stream", "retriable-status-codes",
+	"retriable-headers", "http3-post-connect-failure",
+	"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable",
+}
+
+// ParseRetryOn parses a comma-separated list of Envoy retry_on names (HTTP
+// and gRPC). Like Envoy it trims blanks around names and skips empty ones. An
+// unknown name yields an error naming it; the result still holds every known
+// name, because Envoy ignores unknown tokens in x-envoy-retry-on headers. It
+// does not allocate unless it fails, so it is cheap enough for headers.
+func ParseRetryOn(s string) (RetryOn, error) {
+	var on RetryOn
+	var err error
+	for s != "" {
+		tok, rest, _ := strings.Cut(s, ",")
+		s = rest
+		tok = strings.TrimSpace(tok)
+		if tok == "" {
+			continue
+		}
+		bit := lookupRetryOn(tok)
+		if bit == 0 && err == nil {
+			err = fmt.Errorf("lb: retry_on: unknown condition %q", tok)
+		}
+		on |= bit
+	}
+	return on, err
+}
+
+func lookupRetryOn(name string) RetryOn {
+	for i, n := range retryOnNames {
+		if n == name {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// String returns the Envoy names of the set conditions, comma-separated in
+// bit order ("" for none), so that ParseRetryOn(r.String()) == r.
+func (r RetryOn) String() string {
+	var b strings.Builder
+	for i, n := range retryOnNames {
+		if r&(1<<i) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(n)
+	}
+	return b.String()
+}
+
+// ResetReason says why an upstream stream ended without a complete response
+// (Envoy's Http::StreamResetReason).
+type ResetReason int
+
+// The reset reasons. String gives Envoy's enum name in snake case.
+const (
+	ResetLocal                           ResetReason = iota // local_reset (also a per-try timeout)
+	ResetConnectionFailure                                  // remote_connection_failure
+	ResetConnectionTermination                              // connection_termination
+	ResetOverflow                                           // overflow (connection-pool circuit breaker)
+	ResetRemote                                             // remote_reset
+	ResetRemoteRefusedStream                                // remote_refused_stream_reset (HTTP/2 REFUSED_STREAM)
+	ResetConnectTimeout                                     // connection_timeout
+	ResetProtocolError                                      // protocol_error
+	ResetLocalConnectionFailure                             // local_connection_failure
+	ResetLocalRefusedStream                                 // local_refused_stream_reset
+	ResetConnectError                                       // connect_error (CONNECT tunnel refused)
+	ResetOverloadManager                                    // overload_manager
+	ResetHTTP1PrematureUpstreamHalfClose                    // http1_premature_upstream_half_close
+)
+
+var resetReasonNames = [...]string{
+	"local_reset", "remote_connection_failure", "connection_termination", "overflow",
+	"remote_reset", "remote_refused_stream_reset", "connection_timeout", "protocol_error",
+	"local_connection_failure", "local_refused_stream_reset", "connect_error",
+	"overload_manager", "http1_premature_upstream_half_close",
+}
+
+// String returns the reason's snake-case Envoy name.
+func (r ResetReason) String() string {
+	if r >= 0 && int(r) < len(resetReasonNames) {
+		return resetReasonNames[r]
+	}
+	return fmt.Sprintf("ResetReason(%d)", int(r))
+}
+
+// ParseResetReason is the inverse of ResetReason.String.
+func ParseResetReason(s string) (ResetReason, error) {
+	for i, n := range resetReasonNames {
+		if n == s {
+			return ResetReason(i), nil
+		}
+	}
+	return 0, fmt.Errorf("lb: unknown reset reason %q", s)
+}
+
+// isConnectFailure reports the reasons Envoy treats as a pool (connect)
+// failure rather than a failure of an established stream.
+func (r ResetReason) isConnectFailure() bool {
+	return r == ResetConnectionFailure || r == ResetLocalConnectionFailure || r == ResetConnectTimeout
+}
+
+// Envoy's defaults for an absent retry_policy field.
+const (
+	DefaultNumRetries                    = 1
+	DefaultRetryBaseInterval             = 25 * time.Millisecond
+	DefaultHostSelectionRetryMaxAttempts = 1
+	// DefaultRateLimitedMaxInterval is rate_limited_retry_back_off.max_interval:
+	// reset-header intervals above it are ignored (the caller filters them).
+	DefaultRateLimitedMaxInterval = 300 * time.Second
+)
+
+// RetryPolicy is a route's retry_policy with the request's x-envoy-* retry
+// headers already merged in (the caller ORs header conditions into RetryOn,
+// lets x-envoy-max-retries override NumRetries when RetryOn != 0, and appends
+// x-envoy-retriable-status-codes). Zero fields mean "unset"; see WithDefaults.
+type RetryPolicy struct {
+	RetryOn    RetryOn
+	NumRetries uint32
+	// PerTryTimeout bounds each attempt (0 = none). When it fires the data
+	// plane resets the attempt and calls RetryState.OnPerTryTimeout.
+	PerTryTimeout        time.Duration
+	RetriableStatusCodes []uint32
+	// BaseInterval and MaxInterval shape the jittered back-off; Envoy
+	// counts them in whole milliseconds (at least 1).
+	BaseInterval, MaxInterval time.Duration
+	// HostSelectionRetryMaxAttempts is the number of extra host picks the
+	// previous_hosts predicate may ask for (section 9.2).
+	HostSelectionRetryMaxAttempts uint32
+}
+
+// WithDefaults returns p with Envoy's defaults in its unset fields:
+// num_retries 1, base interval 25 ms, max interval 10 x base and one extra
+// host-selection attempt. RetryOn is left alone: an empty set means no
+// retries (use DefaultRetryOn to opt in). A zero NumRetries counts as unset,
+// so set it after WithDefaults to really allow no retries.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.NumRetries == 0 {
+		p.NumRetries = DefaultNumRetries
+	}
+	if p.BaseInterval <= 0 {
+		p.BaseInterval = DefaultRetryBaseInterval
+	}
+	if p.MaxInterval <= 0 {
+		p.MaxInterval = 10 * p.BaseInterval
+	}
+	if p.HostSelectionRetryMaxAttempts == 0 {
+		p.HostSelectionRetryMaxAttempts = DefaultHostSelectionRetryMaxAttempts
+	}
+	return p
+}
+
+// UpstreamResponse is what the retry decision reads from upstream response
+// headers (and the request). The zero GRPCStatus is OK, which never retries.
+type UpstreamResponse struct {
+	Status           int  // :status
+	EnvoyRateLimited bool // x-envoy-ratelimited present
+	GRPCStatus       int  // grpc-status in the headers, -1 when absent
+	// RetriableHeaderMatched reports that one of the policy's
+	// retriable_headers matchers (or x-envoy-retriable-header-names)
+	// matched; the data plane owns header matching.
+	RetriableHeaderMatched bool
+	// EarlyData reports that the downstream request arrived as TLS early
+	// data. A retriable 425 is retried immediately (with early data
+	// disabled) only when it did not.
+	EarlyData bool
+	// RateLimitReset is the interval parsed from the policy's reset headers
+	// (Retry-After, X-RateLimit-Reset), already checked against the
+	// rate-limited max interval; 0 for none. Values under 2 whole ms are
+	// ignored, as in Envoy.
+	RateLimitReset time.Duration
+}
+
+// UpstreamReset describes an attempt that ended in a stream reset.
+type UpstreamReset struct {
+	Reason ResetReason
+	// RequestStarted reports that request bytes were sent upstream.
+	// RetryState makes it sticky: once one attempt started, later resets
+	// count as started too, as Envoy's router does.
+	RequestStarted bool
+	// HTTP3 reports that the attempt ran over HTTP/3 on a cluster that may
+	// fall back to TCP (Envoy's Http3Used::Yes with auto_config). Such a
+	// connect failure is a failed 0-RTT handshake and is retried at once; a
+	// later failure is retried at once under http3-post-connect-failure,
+	// and the caller disables HTTP/3 for that retry.
+	HTTP3 bool
+}
+
+// wouldRetry is Envoy's RetryDecision before retries_remaining and the
+// circuit breaker are consulted.
+type wouldRetry uint8
+
+const (
+	noRetry wouldRetry = iota
+	retryWithBackoff
+	retryImmediately
+)
+
+// gRPC status codes that retry_on can name.
+const (
+	grpcCancelled         = 1
+	grpcDeadlineExceeded  = 4
+	grpcResourceExhausted = 8
+	grpcInternal          = 13
+	grpcUnavailable       = 14
+)
+
+const statusTooEarly = 425
+
+// fromResponse evaluates the response conditions in Envoy's order.
+func fromResponse(on RetryOn, codes []uint32, r *UpstreamResponse) wouldRetry {
+	// x-envoy-ratelimited comes from an upstream Envoy; only
+	// envoy-ratelimited may retry it, never 5xx.
+	if r.EnvoyRateLimited {
+		if on&RetryEnvoyRateLimited != 0 {
+			return retryWithBackoff
+		}
+		return noRetry
+	}
+	s := r.Status
+	if on&Retry5xx != 0 && s >= 500 && s < 600 {
+		return retryWithBackoff
+	}
+	if on&RetryGatewayError != 0 && (s == 502 || s == 503 || s == 504) {
+		return retryWithBackoff
+	}
+	if on&RetryRetriable4xx != 0 && s == 409 {
+		return retryWithBackoff
+	}
+	if on&RetryRetriableStatusCodes != 0 && containsCode(codes, s) {
+		if s != statusTooEarly {
+			return retryWithBackoff
+		}
+		// A 425 for a request that was not early data is retried at
+		// once without early data; otherwise it goes downstream.
+		if !r.EarlyData {
+			return retryImmediately
+		}
+	}
+	if on&RetryRetriableHeaders != 0 && r.RetriableHeaderMatched {
+		return retryWithBackoff
+	}
+	switch {
+	case r.GRPCStatus == grpcCancelled && on&RetryGRPCCancelled != 0,
+		r.GRPCStatus == grpcDeadlineExceeded && on&RetryGRPCDeadlineExceeded != 0,
+		r.GRPCStatus == grpcResourceExhausted && on&RetryGRPCResourceExhausted != 0,
+		r.GRPCStatus == grpcUnavailable && on&RetryGRPCUnavailable != 0,
+		r.GRPCStatus == grpcInternal && on&RetryGRPCInternal != 0:
+		return retryWithBackoff
+	}
+	return noRetry
+}
+
+func containsCode(codes []uint32, status int) bool {
+	if status < 0 {
+		return false
+	}
+	for _, c := range codes {
+		if uint64(c) == uint64(status) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromReset evaluates a reset in Envoy's order. Note that a connect failure
+// without connect-failure falls through to the generic rules, so 5xx,
+// gateway-error and reset retry it too.
+func fromReset(on RetryOn, r *UpstreamReset) wouldRetry {
+	// No conditions means Envoy has no retry state at all, so not even the
+	// HTTP/3 fallback retries; overflow is the pool's own circuit breaker.
+	if on == 0 || r.Reason == ResetOverflow {
+		return noRetry
+	}
+	if r.Reason.isConnectFailure() {
+		if r.HTTP3 {
+			return retryImmediately
+		}
+		if on&RetryConnectFailure != 0 {
+			return retryWithBackoff
+		}
+	} else if r.HTTP3 && on&RetryHTTP3PostConnectFailure != 0 {
+		return retryImmediately
+	}
+	if on&RetryResetBeforeRequest != 0 && !r.RequestStarted {
+		return retryWithBackoff
+	}
+	if on&(RetryReset|Retry5xx|RetryGatewayError) != 0 {
+		return retryWithBackoff // a reset becomes a 503 downstream
+	}
+	if on&RetryRefusedStream != 0 && r.Reason == ResetRemoteRefusedStream {
+		return retryWithBackoff
+	}
+	return noRetry
+}
+
+// WouldRetryOnResponse reports whether p's conditions ask to retry a response
+// with this status, x-envoy-ratelimited presence and grpc-status (-1 none),
+// before retries_remaining and the circuit breaker are consulted.
+func WouldRetryOnResponse(p *RetryPolicy, status int, hasEnvoyRateLimited bool, grpcStatus int) bool {
+	if p == nil {
+		return false
+	}
+	r := UpstreamResponse{Status: status, EnvoyRateLimited: hasEnvoyRateLimited, GRPCStatus: grpcStatus}
+	return fromResponse(p.RetryOn, p.RetriableStatusCodes, &r) != noRetry
+}
+
+// WouldRetryOnReset reports whether p's conditions ask to retry a reset for
+// reason, where upstreamRequestStarted says request bytes were sent, before
+// retries_remaining and the circuit breaker are consulted.
+func WouldRetryOnReset(p *RetryPolicy, reason ResetReason, upstreamRequestStarted bool) bool {
+	if p == nil {
+		return false
+	}
+	r := UpstreamReset{Reason: reason, RequestStarted: upstreamRequestStarted}
+	return fromReset(p.RetryOn, &r) != noRetry
+}
+
+// JitteredBackoff is Envoy's fully jittered exponential back-off: the n-th
+// delay is random % interval, where the interval starts at base and doubles
+// while below max/2, then stays at max. Envoy works in whole milliseconds;
+// so does this, which keeps vector results identical.
+type JitteredBackoff struct {
+	base, max, next uint64 // milliseconds
+	rnd             Random
+}
+
+// NewJitteredBackoff returns a back-off over [base, maxInterval] drawing from
+// rnd. base is at least 1 ms; maxInterval 0 means 10 x base, and one below
+// base is raised to base (Envoy rejects such a config).
+func NewJitteredBackoff(base, maxInterval time.Duration, rnd Random) *JitteredBackoff {
+	b := &JitteredBackoff{}
+	b.init(base, maxInterval, rnd)
+	return b
+}
+
+func (b *JitteredBackoff) init(base, maxInterval time.Duration, rnd Random) {
+	b.base = wholeMs(base)
+	if maxInterval <= 0 {
+		b.max = 10 * b.base
+	} else {
+		b.max = wholeMs(maxInterval)
+	}
+	if b.max < b.base {
+		b.max = b.base
+	}
+	b.next = b.base
+	b.rnd = rnd
+}
+
+// wholeMs truncates d to milliseconds, with a floor of 1 so the modulo in
+// Next is always defined.
+func wholeMs(d time.Duration) uint64 {
+	if ms := d.Milliseconds(); ms > 1 {
+		return uint64(ms)
+	}
+	return 1
+}
+
+// NextInterval returns the exclusive upper bound the next delay is drawn
+// from.
+func (b *JitteredBackoff) NextInterval() time.Duration {
+	return time.Duration(b.next) * time.Millisecond
+}
+
+// Next returns the next delay and advances the interval.
+func (b *JitteredBackoff) Next() time.Duration {
+	cur := b.next
+	if b.next < b.max/2 {
+		b.next *= 2
+	} else {
+		b.next = b.max
+	}
+	return time.Duration(b.rnd.Uint64()%cur) * time.Millisecond
+}
+
+// Reset restarts the sequence at the base interval.
+func (b *JitteredBackoff) Reset() { b.next = b.base }
+
+// ResetWithBase sets a new base interval (max is kept) and restarts.
+func (b *JitteredBackoff) ResetWithBase(base time.Duration) {
+	b.base = wholeMs(base)
+	b.Reset()
+}
+
+// RateLimitedBackoff is the delay for a retry whose response named a reset
+// interval: interval + random % (interval/2), i.e. in [interval,
+// 1.5 x interval), in whole milliseconds. Below 2 ms there is no jitter
+// range and the interval itself is returned.
+func RateLimitedBackoff(interval time.Duration, rnd Random) time.Duration {
+	ms := interval.Milliseconds()
+	if ms < 2 {
+		return interval
+	}
+	return time.Duration(uint64(ms)+rnd.Uint64()%uint64(ms/2)) * time.Millisecond
+}
+
+// CircuitBreakerThresholds are one routing priority's circuit-breaker limits.
+// A resource is admitted while its current count is below the limit.
+type CircuitBreakerThresholds struct {
+	MaxConnections, MaxPendingRequests, MaxRequests, MaxRetries uint32
+	// MaxConnectionPools limits concurrent connection pools; 0 = unlimited
+	// (Envoy's default).
+	MaxConnectionPools uint32
+	// RetryBudget, when set, replaces MaxRetries.
+	RetryBudget *RetryBudget
+}
+
+// RetryBudget limits active retries to a share of the active and pending
+// requests, with a floor.
+type RetryBudget struct {
+	BudgetPercent       float64 // percent of active + pending requests
+	MinRetryConcurrency uint32  // floor on the limit
+}
+
+// DefaultCircuitBreakerThresholds returns Envoy's defaults: 1024 connections,
+// pending requests and requests, 3 retries, unlimited pools, no budget.
+func DefaultCircuitBreakerThresholds() CircuitBreakerThresholds {
+	return CircuitBreakerThresholds{
+		MaxConnections:     1024,
+		MaxPendingRequests: 1024,
+		MaxRequests:        1024,
+		MaxRetries:         3,
+	}
+}
+
+// DefaultRetryBudget returns the budget's field defaults: 20% and 3.
+func DefaultRetryBudget() RetryBudget {
+	return RetryBudget{BudgetPercent: 20, MinRetryConcurrency: 3}
+}
+
+// MaxActiveRetries returns max(budget% of active+pending, min concurrency),
+// computed in float64 and truncated exactly as Envoy does.
+func (b RetryBudget) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
+	v := b.BudgetPercent / 100 * float64(activeRequests+pendingRequests)
+	var n uint64
+	switch {
+	case v >= math.MaxUint64:
+		n = math.MaxUint64
+	case v > 0: // false for NaN and negatives, which admit nothing extra
+		n = uint64(v)
+	}
+	return max(n, uint64(b.MinRetryConcurrency))
+}
+
+// MaxActiveRetries returns the current retry limit: the budget's when one is
+// configured, MaxRetries otherwise.
+func (c CircuitBreakerThresholds) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
+	if c.RetryBudget != nil {
+		return c.RetryBudget.MaxActiveRetries(activeRequests, pendingRequests)
+	}
+	return uint64(c.MaxRetries)
+}
+
+// RetryAllowed reports whether one more retry may start (activeRetries is
+// below the limit). Its result is the cbAllows argument of RetryState.
+func (c CircuitBreakerThresholds) RetryAllowed(activeRetries, activeRequests, pendingRequests uint64) bool {
+	return activeRetries < c.MaxActiveRetries(activeRequests, pendingRequests)
+}
+
+// ConnectionAllowed reports whether one more upstream connection may open.
+func (c CircuitBreakerThresholds) ConnectionAllowed(active uint64) bool {
+	return active < uint64(c.MaxConnections)
+}
+
+// PendingRequestAllowed reports whether one more request may queue for a
+// connection.
+func (c CircuitBreakerThresholds) PendingRequestAllowed(pending uint64) bool {
+	return pending < uint64(c.MaxPendingRequests)
+}
+
+// RequestAllowed reports whether one more request may be active.
+func (c CircuitBreakerThresholds) RequestAllowed(active uint64) bool {
+	return active < uint64(c.MaxRequests)
+}
+
+// ConnectionPoolAllowed reports whether one more connection pool may be
+// created; always true when MaxConnectionPools is 0.
+func (c CircuitBreakerThresholds) ConnectionPoolAllowed(pools uint64) bool {
+	return c.MaxConnectionPools == 0 || pools < uint64(c.MaxConnectionPools)
+}
+
+// RetryDecision is the outcome of a retry decision for a failed attempt.
+type RetryDecision int
+
+// The retry decisions.
+const (
+	RetryNo            RetryDecision = iota // no retry wanted (or no policy)
+	RetryYes                                // retry after the returned back-off
+	RetryLimitExceeded                      // retries exhausted: flag URX, upstream_rq_retry_limit_exceeded
+	RetryOverflow                           // retry circuit breaker full: flag UO, upstream_rq_retry_overflow
+)
+
+var retryDecisionNames = [...]string{"RetryNo", "RetryYes", "RetryLimitExceeded", "RetryOverflow"}
+
+// String returns the decision's Go name.
+func (d RetryDecision) String() string {
+	if d >= 0 && int(d) < len(retryDecisionNames) {
+		return retryDecisionNames[d]
+	}
+	return fmt.Sprintf("RetryDecision(%d)", int(d))
+}
+
+// Flag returns the response flag Envoy's router sets for d: URX for
+// RetryLimitExceeded, UO for RetryOverflow, none otherwise.
+func (d RetryDecision) Flag() ResponseFlags {
+	switch d {
+	case RetryLimitExceeded:
+		return FlagURX
+	case RetryOverflow:
+		return FlagUO
+	}
+	return 0
+}
+
+// RetryStats is the set of cluster counters one decision increments, so the
+// data plane can count without re-deriving Envoy's rules.
+type RetryStats uint8
+
+// The retry counters, named as in Envoy's cluster stats.
+const (
+	StatRetry                   RetryStats = 1 << iota // upstream_rq_retry
+	StatRetrySuccess                                   // upstream_rq_retry_success
+	StatRetryLimitExceeded                             // upstream_rq_retry_limit_exceeded
+	StatRetryOverflow                                  // upstream_rq_retry_overflow
+	StatRetryBackoffExponential                        // upstream_rq_retry_backoff_exponential
+	StatRetryBackoffRateLimited                        // upstream_rq_retry_backoff_ratelimited
+)
+
+var retryStatNames = [...]string{
+	"upstream_rq_retry", "upstream_rq_retry_success", "upstream_rq_retry_limit_exceeded",
+	"upstream_rq_retry_overflow", "upstream_rq_retry_backoff_exponential",
+	"upstream_rq_retry_backoff_ratelimited",
+}
+
+// Each calls f with the Envoy name of every counter in s, in bit order.
+func (s RetryStats) Each(f func(name string)) {
+	for i, n := range retryStatNames {
+		if s&(1<<i) != 0 {
+			f(n)
+		}
+	}
+}
+
+// RetryState is one request's retry bookkeeping. It is a plain value, meant
+// to live inside the request object, and decides without allocating.
+// Initialise it with Init; the zero value never retries.
+type RetryState struct {
+	policy    *RetryPolicy
+	rnd       Random
+	backoff   JitteredBackoff
+	remaining uint32
+	started   bool       // some attempt sent request bytes
+	holding   bool       // the last decision granted a retry
+	stats     RetryStats // counters of the last decision
+}
+
+// Init prepares s for a new request under p (which must stay unchanged
+// while s is in use) and rnd. p is used as given, so pass p.WithDefaults();
+// only a zero back-off base falls back to the 25 ms default.
+func (s *RetryState) Init(p *RetryPolicy, rnd Random) {
+	*s = RetryState{policy: p, rnd: rnd}
+	if p == nil {
+		return
+	}
+	s.remaining = p.NumRetries
+	base := p.BaseInterval
+	if base <= 0 {
+		base = DefaultRetryBaseInterval
+	}
+	s.backoff.init(base, p.MaxInterval, rnd)
+}
+
+// OnResponse decides on a response with this status, x-envoy-ratelimited
+// presence and grpc-status (-1 none); cbAllows is the retry circuit
+// breaker's verdict (CircuitBreakerThresholds.RetryAllowed). It returns the
+// decision and, for RetryYes, the back-off before the next attempt.
+func (s *RetryState) OnResponse(status int, hasEnvoyRateLimited bool, grpcStatus int, cbAllows bool) (RetryDecision, time.Duration) {
+	return s.OnUpstreamResponse(UpstreamResponse{Status: status, EnvoyRateLimited: hasEnvoyRateLimited, GRPCStatus: grpcStatus}, cbAllows)
+}
+
+// OnUpstreamResponse is OnResponse with the rarer inputs too: header
+// matches, early data and a rate-limit reset interval, which when present
+// replaces the exponential back-off for this retry.
+func (s *RetryState) OnUpstreamResponse(r UpstreamResponse, cbAllows bool) (RetryDecision, time.Duration) {
+	w := noRetry
+	if s.policy != nil {
+		w = fromResponse(s.policy.RetryOn, s.policy.RetriableStatusCodes, &r)
+	}
+	reset := time.Duration(0)
+	if w == retryWithBackoff && r.RateLimitReset.Milliseconds() > 1 { // whole ms, as Envoy
+		reset = r.RateLimitReset
+	}
+	return s.decide(w, cbAllows, reset)
+}
+
+// OnReset decides on an attempt that ended in a reset for reason; started
+// says request bytes were sent upstream.
+func (s *RetryState) OnReset(reason ResetReason, started bool, cbAllows bool) (RetryDecision, time.Duration) {
+	return s.OnUpstreamReset(UpstreamReset{Reason: reason, RequestStarted: started}, cbAllows)
+}
+
+// OnUpstreamReset is OnReset with the HTTP/3 input too.
+func (s *RetryState) OnUpstreamReset(r UpstreamReset, cbAllows bool) (RetryDecision, time.Duration) {
+	s.started = s.started || r.RequestStarted
+	r.RequestStarted = s.started
+	w := noRetry
+	if s.policy != nil {
+		w = fromReset(s.policy.RetryOn, &r)
+	}
+	return s.decide(w, cbAllows, 0)
+}
+
+// OnPerTryTimeout decides on an attempt cut by the per-try timeout. Envoy
+// resets such an attempt and judges it as a local reset, so it is retried
+// under reset, 5xx and gateway-error (or reset-before-request when nothing
+// was sent). Hedging is not modelled.
+func (s *RetryState) OnPerTryTimeout(started bool, cbAllows bool) (RetryDecision, time.Duration) {
+	return s.OnReset(ResetLocal, started, cbAllows)
+}
+
+// decide applies Envoy's shouldRetry steps to a would-retry verdict.
+func (s *RetryState) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Duration) (RetryDecision, time.Duration) {
+	s.stats = 0
+	// A granted retry followed by an attempt that needs none succeeded.
+	if s.holding && w == noRetry {
+		s.stats |= StatRetrySuccess
+	}
+	s.holding = false
+	if w == noRetry {
+		return RetryNo, 0
+	}
+	if s.remaining == 0 {
+		s.stats |= StatRetryLimitExceeded
+		return RetryLimitExceeded, 0
+	}
+	s.remaining-- // spent even when the breaker then refuses
+	if !cbAllows {
+		s.stats |= StatRetryOverflow
+		return RetryOverflow, 0
+	}
+	s.holding = true
+	s.stats |= StatRetry
+	switch {
+	case w == retryImmediately:
+		return RetryYes, 0
+	case rateLimitReset > 0:
+		s.stats |= StatRetryBackoffRateLimited
+		return RetryYes, RateLimitedBackoff(rateLimitReset, s.rnd)
+	default:
+		s.stats |= StatRetryBackoffExponential
+		return RetryYes, s.backoff.Next()
+	}
+}
+
+// RetriesRemaining returns how many more retries the request may make.
+func (s *RetryState) RetriesRemaining() uint32 { return s.remaining }
+
+// LastStats returns the counters the most recent decision increments.
+func (s *RetryState) LastStats() RetryStats { return s.stats }
+
+// HoldsRetrySlot reports whether the request occupies a slot of the retry
+// circuit breaker: the last decision was RetryYes. Envoy frees the slot at
+// the start of the next decision, before the breaker is asked, so release it
+// from the active-retry count before computing cbAllows, and at request end.
+func (s *RetryState) HoldsRetrySlot() bool { return s.holding }

@@ -1,0 +1,629 @@
+package lb
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// retryFixedRandom always returns its value.
+type retryFixedRandom uint64
+
+func (r retryFixedRandom) Uint64() uint64 { return uint64(r) }
+
+// retryXorshift is a cheap deterministic Random for benchmarks.
+type retryXorshift struct{ s uint64 }
+
+func (r *retryXorshift) Uint64() uint64 {
+	r.s ^= r.s << 13
+	r.s ^= r.s >> 7
+	r.s ^= r.s << 17
+	return r.s
+}
+
+func mustRetryOn(t testing.TB, s string) RetryOn {
+	t.Helper()
+	on, err := ParseRetryOn(s)
+	if err != nil {
+		t.Fatalf("ParseRetryOn(%q): %v", s, err)
+	}
+	return on
+}
+
+func TestParseRetryOn(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    RetryOn
+		wantErr string
+	}{
+		{"", 0, ""},
+		{"5xx", Retry5xx, ""},
+		{" 5xx , ,reset,", Retry5xx | RetryReset, ""},
+		{"connect-failure,refused-stream", DefaultRetryOn, ""},
+		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable",
+			RetryGRPCCancelled | RetryGRPCDeadlineExceeded | RetryGRPCInternal | RetryGRPCResourceExhausted | RetryGRPCUnavailable, ""},
+		{"5xxx", 0, `lb: retry_on: unknown condition "5xxx"`},
+		// Known names survive an error, as Envoy keeps them from headers.
+		{"gateway-error,bogus,reset", RetryGatewayError | RetryReset, `lb: retry_on: unknown condition "bogus"`},
+		{"5XX", 0, `lb: retry_on: unknown condition "5XX"`}, // names are case-sensitive
+		{"a,b", 0, `lb: retry_on: unknown condition "a"`},   // the first unknown is named
+	}
+	for _, tt := range tests {
+		got, err := ParseRetryOn(tt.in)
+		if got != tt.want {
+			t.Errorf("ParseRetryOn(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if gotErr != tt.wantErr {
+			t.Errorf("ParseRetryOn(%q) error %q, want %q", tt.in, gotErr, tt.wantErr)
+		}
+	}
+}
+
+func TestRetryOnStringRoundTrip(t *testing.T) {
+	for i := range len(retryOnNames) {
+		bit := RetryOn(1) << i
+		if got := mustRetryOn(t, bit.String()); got != bit {
+			t.Errorf("bit %d: %q parses to %v", i, bit.String(), got)
+		}
+	}
+	if got, want := (RetryConnectFailure | Retry5xx).String(), "5xx,connect-failure"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if got := RetryOn(0).String(); got != "" {
+		t.Errorf("RetryOn(0).String() = %q, want empty", got)
+	}
+	all := RetryOn(1)<<len(retryOnNames) - 1
+	if got := mustRetryOn(t, all.String()); got != all {
+		t.Errorf("all conditions round-trip to %v, want %v", got, all)
+	}
+}
+
+func TestResetReasonNames(t *testing.T) {
+	for r := ResetLocal; int(r) < len(resetReasonNames); r++ {
+		got, err := ParseResetReason(r.String())
+		if err != nil || got != r {
+			t.Errorf("ParseResetReason(%q) = %v, %v; want %v", r.String(), got, err, r)
+		}
+	}
+	for name, want := range map[string]ResetReason{
+		"remote_reset": ResetRemote, "overflow": ResetOverflow,
+		"remote_connection_failure": ResetConnectionFailure, "remote_refused_stream_reset": ResetRemoteRefusedStream,
+		"connection_termination": ResetConnectionTermination, "local_reset": ResetLocal,
+	} {
+		if got, err := ParseResetReason(name); err != nil || got != want {
+			t.Errorf("ParseResetReason(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if _, err := ParseResetReason("remote-reset"); err == nil {
+		t.Error("ParseResetReason(remote-reset): want error")
+	}
+	if got := ResetReason(99).String(); got != "ResetReason(99)" {
+		t.Errorf("ResetReason(99).String() = %q", got)
+	}
+}
+
+func TestRetryPolicyWithDefaults(t *testing.T) {
+	got := RetryPolicy{}.WithDefaults()
+	want := RetryPolicy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}
+	if got.RetryOn != 0 || got.NumRetries != want.NumRetries || got.BaseInterval != want.BaseInterval ||
+		got.MaxInterval != want.MaxInterval || got.HostSelectionRetryMaxAttempts != want.HostSelectionRetryMaxAttempts {
+		t.Errorf("zero.WithDefaults() = %+v, want %+v", got, want)
+	}
+	set := RetryPolicy{RetryOn: Retry5xx, NumRetries: 4, BaseInterval: 100 * time.Millisecond, HostSelectionRetryMaxAttempts: 5}.WithDefaults()
+	if set.RetryOn != Retry5xx || set.NumRetries != 4 || set.MaxInterval != time.Second || set.HostSelectionRetryMaxAttempts != 5 {
+		t.Errorf("set fields not kept or max not 10 x base: %+v", set)
+	}
+}
+
+func TestWouldRetryOnResponse(t *testing.T) {
+	tests := []struct {
+		on     string
+		codes  []uint32
+		status int
+		rl     bool
+		grpc   int
+		want   bool
+	}{
+		{"5xx", nil, 500, false, -1, true},
+		{"5xx", nil, 599, false, -1, true},
+		{"5xx", nil, 600, false, -1, false},
+		{"5xx", nil, 499, false, -1, false},
+		{"gateway-error", nil, 502, false, -1, true},
+		{"gateway-error", nil, 503, false, -1, true},
+		{"gateway-error", nil, 501, false, -1, false},
+		{"gateway-error", nil, 505, false, -1, false},
+		{"retriable-4xx", nil, 409, false, -1, true},
+		{"retriable-4xx", nil, 408, false, -1, false},
+		{"retriable-status-codes", []uint32{418, 503}, 418, false, -1, true},
+		{"retriable-status-codes", []uint32{418}, 503, false, -1, false},
+		{"5xx", []uint32{418}, 418, false, -1, false}, // codes need their condition
+		// x-envoy-ratelimited wins over every other condition.
+		{"5xx,gateway-error,retriable-status-codes", []uint32{503}, 503, true, -1, false},
+		{"envoy-ratelimited", nil, 200, true, -1, true},
+		{"envoy-ratelimited", nil, 503, false, -1, false},
+		{"unavailable", nil, 200, true, 14, false},
+		// gRPC statuses, each only under its own condition.
+		{"cancelled", nil, 200, false, 1, true},
+		{"deadline-exceeded", nil, 200, false, 4, true},
+		{"resource-exhausted", nil, 200, false, 8, true},
+		{"internal", nil, 200, false, 13, true},
+		{"unavailable", nil, 200, false, 14, true},
+		{"unavailable", nil, 200, false, 13, false},
+		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable", nil, 200, false, 2, false},
+		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable", nil, 200, false, -1, false},
+		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable", nil, 200, false, 0, false},
+		{"5xx", nil, 200, false, 14, false},
+		{"", nil, 503, false, 14, false},
+	}
+	for _, tt := range tests {
+		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), RetriableStatusCodes: tt.codes}
+		if got := WouldRetryOnResponse(&p, tt.status, tt.rl, tt.grpc); got != tt.want {
+			t.Errorf("retry_on %q codes %v: status %d ratelimited %v grpc %d: got %v, want %v",
+				tt.on, tt.codes, tt.status, tt.rl, tt.grpc, got, tt.want)
+		}
+	}
+	if WouldRetryOnResponse(nil, 503, false, -1) {
+		t.Error("nil policy retried")
+	}
+}
+
+func TestRetriableHeadersAndTooEarly(t *testing.T) {
+	p := RetryPolicy{RetryOn: mustRetryOn(t, "retriable-headers,retriable-status-codes"), NumRetries: 3, RetriableStatusCodes: []uint32{425}}
+	tests := []struct {
+		name        string
+		r           UpstreamResponse
+		want        RetryDecision
+		wantBackoff bool // a back-off was drawn, not an immediate retry
+	}{
+		{"header matched", UpstreamResponse{Status: 200, RetriableHeaderMatched: true, GRPCStatus: -1}, RetryYes, true},
+		{"no header", UpstreamResponse{Status: 200, GRPCStatus: -1}, RetryNo, false},
+		{"425 not early data", UpstreamResponse{Status: 425, GRPCStatus: -1}, RetryYes, false},
+		{"425 early data", UpstreamResponse{Status: 425, EarlyData: true, GRPCStatus: -1}, RetryNo, false},
+	}
+	for _, tt := range tests {
+		var s RetryState
+		s.Init(&p, retryFixedRandom(7))
+		d, _ := s.OnUpstreamResponse(tt.r, true)
+		if d != tt.want {
+			t.Errorf("%s: decision %v, want %v", tt.name, d, tt.want)
+		}
+		if got := s.LastStats()&StatRetryBackoffExponential != 0; got != tt.wantBackoff {
+			t.Errorf("%s: exponential back-off drawn = %v, want %v", tt.name, got, tt.wantBackoff)
+		}
+	}
+}
+
+func TestWouldRetryOnReset(t *testing.T) {
+	tests := []struct {
+		on      string
+		reason  ResetReason
+		started bool
+		want    bool
+	}{
+		{"5xx,gateway-error,reset,reset-before-request,connect-failure,refused-stream", ResetOverflow, false, false},
+		{"connect-failure", ResetConnectionFailure, true, true},
+		{"connect-failure", ResetLocalConnectionFailure, false, true},
+		{"connect-failure", ResetConnectTimeout, false, true},
+		{"connect-failure", ResetRemote, false, false},
+		{"connect-failure", ResetConnectionTermination, false, false},
+		// A connect failure falls through to the generic reset rules.
+		{"5xx", ResetConnectionFailure, false, true},
+		{"gateway-error", ResetConnectTimeout, false, true},
+		{"reset", ResetLocalConnectionFailure, false, true},
+		{"refused-stream", ResetConnectionFailure, false, false},
+		{"refused-stream", ResetRemoteRefusedStream, true, true},
+		{"refused-stream", ResetLocalRefusedStream, true, false},
+		{"refused-stream", ResetRemote, true, false},
+		{"reset", ResetConnectionTermination, true, true},
+		{"reset", ResetProtocolError, true, true},
+		{"reset-before-request", ResetRemote, false, true},
+		{"reset-before-request", ResetRemote, true, false},
+		{"reset-before-request", ResetConnectionFailure, false, true},
+		{"gateway-error", ResetLocal, true, true},
+		{"5xx", ResetRemote, true, true},
+		{"retriable-4xx,retriable-status-codes,envoy-ratelimited", ResetRemote, false, false},
+		{"", ResetRemote, false, false},
+	}
+	for _, tt := range tests {
+		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on)}
+		if got := WouldRetryOnReset(&p, tt.reason, tt.started); got != tt.want {
+			t.Errorf("retry_on %q: reset %v started %v: got %v, want %v", tt.on, tt.reason, tt.started, got, tt.want)
+		}
+	}
+	if WouldRetryOnReset(nil, ResetRemote, false) {
+		t.Error("nil policy retried")
+	}
+}
+
+func TestHTTP3Resets(t *testing.T) {
+	tests := []struct {
+		name string
+		on   string
+		r    UpstreamReset
+		want RetryDecision
+	}{
+		{"0-RTT connect failure retries at once without connect-failure", "retriable-4xx", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, RetryYes},
+		{"no conditions, no retry state", "", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, RetryNo},
+		{"post-connect failure", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true, HTTP3: true}, RetryYes},
+		{"post-connect failure needs HTTP/3", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true}, RetryNo},
+		{"overflow never", "http3-post-connect-failure,reset", UpstreamReset{Reason: ResetOverflow, HTTP3: true}, RetryNo},
+	}
+	for _, tt := range tests {
+		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1}
+		var s RetryState
+		s.Init(&p, retryFixedRandom(7))
+		d, backoff := s.OnUpstreamReset(tt.r, true)
+		if d != tt.want {
+			t.Errorf("%s: decision %v, want %v", tt.name, d, tt.want)
+		}
+		if d == RetryYes && (backoff != 0 || s.LastStats()&StatRetryBackoffExponential != 0) {
+			t.Errorf("%s: HTTP/3 retries are immediate, got back-off %v stats %b", tt.name, backoff, s.LastStats())
+		}
+	}
+}
+
+func TestRetryStateLimitExceeded(t *testing.T) {
+	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 2}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(math.MaxUint64))
+	steps := []struct {
+		want      RetryDecision
+		remaining uint32
+		stats     RetryStats
+		flag      ResponseFlags
+	}{
+		{RetryYes, 1, StatRetry | StatRetryBackoffExponential, 0},
+		{RetryYes, 0, StatRetry | StatRetryBackoffExponential, 0},
+		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
+		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
+	}
+	for i, st := range steps {
+		d, _ := s.OnResponse(503, false, -1, true)
+		if d != st.want || s.RetriesRemaining() != st.remaining || s.LastStats() != st.stats || d.Flag() != st.flag {
+			t.Errorf("step %d: got %v remaining %d stats %b flag %v; want %v %d %b %v",
+				i, d, s.RetriesRemaining(), s.LastStats(), d.Flag(), st.want, st.remaining, st.stats, st.flag)
+		}
+	}
+}
+
+func TestRetryStateZeroRetries(t *testing.T) {
+	p := RetryPolicy{RetryOn: Retry5xx}.WithDefaults()
+	p.NumRetries = 0 // explicit zero, set after the defaults
+	var s RetryState
+	s.Init(&p, retryFixedRandom(0))
+	if d, _ := s.OnReset(ResetRemote, true, true); d != RetryLimitExceeded {
+		t.Errorf("num_retries 0: got %v, want RetryLimitExceeded", d)
+	}
+}
+
+func TestRetryStateOverflow(t *testing.T) {
+	p := RetryPolicy{RetryOn: RetryReset, NumRetries: 2}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(3))
+	// The breaker refuses: UO, and the retry is spent all the same.
+	d, backoff := s.OnReset(ResetRemote, true, false)
+	if d != RetryOverflow || d.Flag() != FlagUO || backoff != 0 || s.LastStats() != StatRetryOverflow || s.RetriesRemaining() != 1 {
+		t.Errorf("refused: got %v flag %v backoff %v stats %b remaining %d", d, d.Flag(), backoff, s.LastStats(), s.RetriesRemaining())
+	}
+	if s.HoldsRetrySlot() {
+		t.Error("overflow holds a retry slot")
+	}
+	if d, _ := s.OnReset(ResetRemote, true, true); d != RetryYes || !s.HoldsRetrySlot() {
+		t.Errorf("admitted: got %v holds %v, want RetryYes holding", d, s.HoldsRetrySlot())
+	}
+	if d, _ := s.OnReset(ResetRemote, true, false); d != RetryLimitExceeded {
+		t.Errorf("exhausted: got %v, want RetryLimitExceeded (the limit is checked before the breaker)", d)
+	}
+	if s.HoldsRetrySlot() {
+		t.Error("slot not released by the next decision")
+	}
+}
+
+func TestRetryStateBudgetOverflow(t *testing.T) {
+	budget := DefaultRetryBudget()
+	cb := DefaultCircuitBreakerThresholds()
+	cb.RetryBudget = &budget
+	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 5}.WithDefaults()
+	tests := []struct {
+		activeRetries, active, pending uint64
+		want                           RetryDecision
+	}{
+		{2, 10, 0, RetryYes},        // 20% of 10 is 2, the floor 3 applies
+		{3, 10, 0, RetryOverflow},   // floor reached
+		{3, 20, 0, RetryYes},        // 20% of 20 is 4
+		{19, 100, 0, RetryYes},      // 20% of 100 is 20
+		{20, 90, 10, RetryOverflow}, // pending requests count too
+	}
+	for _, tt := range tests {
+		var s RetryState
+		s.Init(&p, retryFixedRandom(1))
+		allowed := cb.RetryAllowed(tt.activeRetries, tt.active, tt.pending)
+		if d, _ := s.OnResponse(503, false, -1, allowed); d != tt.want {
+			t.Errorf("retries %d active %d pending %d: got %v, want %v", tt.activeRetries, tt.active, tt.pending, d, tt.want)
+		}
+	}
+	// Without a budget, max_retries (3) applies regardless of load.
+	cb.RetryBudget = nil
+	if !cb.RetryAllowed(2, 1000, 0) || cb.RetryAllowed(3, 1000, 0) {
+		t.Error("max_retries 3 not applied without a budget")
+	}
+}
+
+func TestRetryStateRateLimitedPrecedence(t *testing.T) {
+	p := RetryPolicy{RetryOn: Retry5xx | RetryEnvoyRateLimited, NumRetries: 3}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(22))
+	d, backoff := s.OnUpstreamResponse(UpstreamResponse{Status: 429, EnvoyRateLimited: true, GRPCStatus: -1, RateLimitReset: 500 * time.Millisecond}, true)
+	if d != RetryYes || backoff != 522*time.Millisecond || s.LastStats() != StatRetry|StatRetryBackoffRateLimited {
+		t.Errorf("reset header: got %v %v stats %b, want RetryYes 522ms rate-limited", d, backoff, s.LastStats())
+	}
+	// The next retry without a header is exponential again, from the base.
+	d, backoff = s.OnResponse(503, false, -1, true)
+	if d != RetryYes || backoff != 22*time.Millisecond || s.LastStats() != StatRetry|StatRetryBackoffExponential {
+		t.Errorf("no header: got %v %v stats %b, want RetryYes 22ms exponential", d, backoff, s.LastStats())
+	}
+	// Intervals under 2 whole ms are ignored.
+	d, backoff = s.OnUpstreamResponse(UpstreamResponse{Status: 503, GRPCStatus: -1, RateLimitReset: 1999 * time.Microsecond}, true)
+	if d != RetryYes || backoff != 22*time.Millisecond || s.LastStats()&StatRetryBackoffExponential == 0 {
+		t.Errorf("1ms header: got %v %v stats %b, want exponential 22ms (interval 50)", d, backoff, s.LastStats())
+	}
+	// A rate-limited 503 without envoy-ratelimited is not retried by 5xx.
+	p2 := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3}.WithDefaults()
+	s.Init(&p2, retryFixedRandom(22))
+	if d, _ := s.OnResponse(503, true, -1, true); d != RetryNo {
+		t.Errorf("x-envoy-ratelimited under 5xx: got %v, want RetryNo", d)
+	}
+}
+
+func TestRetryStateBackoffSequence(t *testing.T) {
+	p := RetryPolicy{RetryOn: RetryConnectFailure, NumRetries: 10}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(math.MaxUint64))
+	// The default-retry vector: intervals 25, 50, 100, 200, 250 ms.
+	for i, want := range []time.Duration{15, 15, 15, 15, 115, 115} {
+		_, got := s.OnReset(ResetConnectionFailure, false, true)
+		if got != want*time.Millisecond {
+			t.Errorf("retry %d: back-off %v, want %v", i, got, want*time.Millisecond)
+		}
+	}
+}
+
+func TestRetryStateSuccess(t *testing.T) {
+	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(0))
+	if d, _ := s.OnResponse(200, false, -1, true); d != RetryNo || s.LastStats() != 0 {
+		t.Errorf("first attempt ok: %v stats %b, want RetryNo and no counters", d, s.LastStats())
+	}
+	s.OnResponse(503, false, -1, true)
+	if !s.HoldsRetrySlot() {
+		t.Fatal("granted retry holds no slot")
+	}
+	if d, _ := s.OnResponse(200, false, -1, true); d != RetryNo || s.LastStats() != StatRetrySuccess || s.HoldsRetrySlot() {
+		t.Errorf("retry ok: %v stats %b holds %v, want RetryNo, retry_success, slot released", d, s.LastStats(), s.HoldsRetrySlot())
+	}
+	// A retry that ends in the limit is no success.
+	p.NumRetries = 1
+	s.Init(&p, retryFixedRandom(0))
+	s.OnResponse(503, false, -1, true)
+	if s.OnResponse(503, false, -1, true); s.LastStats() != StatRetryLimitExceeded {
+		t.Errorf("retry then limit: stats %b, want limit exceeded only", s.LastStats())
+	}
+}
+
+func TestRetryStatePerTryTimeout(t *testing.T) {
+	tests := []struct {
+		on      string
+		started bool
+		want    RetryDecision
+	}{
+		{"reset", true, RetryYes},
+		{"5xx", true, RetryYes},
+		{"gateway-error", true, RetryYes},
+		{"connect-failure", true, RetryNo},
+		{"refused-stream", true, RetryNo},
+		{"retriable-4xx,retriable-status-codes", true, RetryNo},
+		{"reset-before-request", false, RetryYes},
+		{"reset-before-request", true, RetryNo},
+	}
+	for _, tt := range tests {
+		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1, PerTryTimeout: time.Second}.WithDefaults()
+		var s RetryState
+		s.Init(&p, retryFixedRandom(0))
+		if d, _ := s.OnPerTryTimeout(tt.started, true); d != tt.want {
+			t.Errorf("retry_on %q started %v: got %v, want %v", tt.on, tt.started, d, tt.want)
+		}
+	}
+}
+
+func TestRetryStateStartedIsSticky(t *testing.T) {
+	p := RetryPolicy{RetryOn: RetryResetBeforeRequest | RetryRefusedStream, NumRetries: 3}.WithDefaults()
+	var s RetryState
+	s.Init(&p, retryFixedRandom(0))
+	if d, _ := s.OnReset(ResetRemoteRefusedStream, true, true); d != RetryYes {
+		t.Fatalf("refused stream: got %v, want RetryYes", d)
+	}
+	// Bytes went out on the first attempt, so this reset is not "before request".
+	if d, _ := s.OnReset(ResetRemote, false, true); d != RetryNo {
+		t.Errorf("later reset: got %v, want RetryNo", d)
+	}
+}
+
+func TestRetryStateZeroValue(t *testing.T) {
+	var s RetryState
+	if d, b := s.OnResponse(503, false, -1, true); d != RetryNo || b != 0 {
+		t.Errorf("zero state: %v %v", d, b)
+	}
+	s.Init(nil, retryFixedRandom(0))
+	if d, _ := s.OnReset(ResetRemote, false, true); d != RetryNo {
+		t.Errorf("nil policy: %v", d)
+	}
+}
+
+func TestRetryStatsEach(t *testing.T) {
+	var got []string
+	(StatRetry | StatRetryBackoffRateLimited | StatRetryLimitExceeded).Each(func(n string) { got = append(got, n) })
+	want := []string{"upstream_rq_retry", "upstream_rq_retry_limit_exceeded", "upstream_rq_retry_backoff_ratelimited"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Each = %v, want %v", got, want)
+	}
+	n := 0
+	(RetryStats(1)<<len(retryStatNames) - 1).Each(func(string) { n++ })
+	if n != 6 {
+		t.Errorf("all stats: %d names, want 6", n)
+	}
+}
+
+func TestRetryDecisionNames(t *testing.T) {
+	for d, want := range map[RetryDecision]string{RetryNo: "RetryNo", RetryYes: "RetryYes", RetryLimitExceeded: "RetryLimitExceeded", RetryOverflow: "RetryOverflow", 9: "RetryDecision(9)"} {
+		if got := d.String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+	if RetryNo.Flag() != 0 || RetryYes.Flag() != 0 {
+		t.Error("RetryNo/RetryYes carry a flag")
+	}
+}
+
+func TestJitteredBackoff(t *testing.T) {
+	tests := []struct {
+		name      string
+		base, max time.Duration
+		want      []time.Duration // intervals
+	}{
+		{"defaults", 25 * time.Millisecond, 0, []time.Duration{25, 50, 100, 200, 250, 250}},
+		{"max below base is raised", 40 * time.Millisecond, 10 * time.Millisecond, []time.Duration{40, 40}},
+		{"sub-millisecond base is 1ms", 100 * time.Microsecond, 5 * time.Millisecond, []time.Duration{1, 2, 5, 5}},
+		{"no doubling from max/2 (integer) up", 10 * time.Millisecond, 39 * time.Millisecond, []time.Duration{10, 20, 39, 39}},
+	}
+	for _, tt := range tests {
+		b := NewJitteredBackoff(tt.base, tt.max, retryFixedRandom(math.MaxUint64))
+		for i, w := range tt.want {
+			if got := b.NextInterval(); got != w*time.Millisecond {
+				t.Errorf("%s: interval %d = %v, want %v", tt.name, i, got, w*time.Millisecond)
+			}
+			if d := b.Next(); d >= w*time.Millisecond || d < 0 {
+				t.Errorf("%s: delay %d = %v outside [0, %v)", tt.name, i, d, w*time.Millisecond)
+			}
+		}
+	}
+	b := NewJitteredBackoff(25*time.Millisecond, 30*time.Millisecond, retryFixedRandom(27))
+	b.Next()
+	b.ResetWithBase(50 * time.Millisecond) // above max: Envoy keeps it for the first draw
+	if got := b.NextInterval(); got != 50*time.Millisecond {
+		t.Errorf("ResetWithBase above max: interval %v, want 50ms", got)
+	}
+	b.Next()
+	if got := b.NextInterval(); got != 30*time.Millisecond {
+		t.Errorf("after ResetWithBase above max: interval %v, want 30ms", got)
+	}
+}
+
+func TestRateLimitedBackoff(t *testing.T) {
+	tests := []struct {
+		interval time.Duration
+		rnd      uint64
+		want     time.Duration
+	}{
+		{500 * time.Millisecond, 22, 522 * time.Millisecond},
+		{500 * time.Millisecond, 9999, 749 * time.Millisecond},
+		{500 * time.Millisecond, 250, 500 * time.Millisecond},
+		{3 * time.Millisecond, 5, 3 * time.Millisecond},
+		{time.Millisecond, 5, time.Millisecond}, // no jitter range
+	}
+	for _, tt := range tests {
+		if got := RateLimitedBackoff(tt.interval, retryFixedRandom(tt.rnd)); got != tt.want {
+			t.Errorf("RateLimitedBackoff(%v, %d) = %v, want %v", tt.interval, tt.rnd, got, tt.want)
+		}
+	}
+}
+
+func TestRetryBudgetMax(t *testing.T) {
+	tests := []struct {
+		b               RetryBudget
+		active, pending uint64
+		want            uint64
+	}{
+		{DefaultRetryBudget(), 0, 0, 3},
+		{DefaultRetryBudget(), 100, 0, 20},
+		{DefaultRetryBudget(), 17, 0, 3},
+		{DefaultRetryBudget(), 24, 0, 4}, // 4.8 truncates
+		// Envoy computes percent/100*count in double and truncates.
+		{RetryBudget{BudgetPercent: 29, MinRetryConcurrency: 0}, 100, 0, 28}, // 28.999...
+		{RetryBudget{BudgetPercent: 57, MinRetryConcurrency: 0}, 100, 0, 56},
+		{RetryBudget{BudgetPercent: 35, MinRetryConcurrency: 0}, 100, 80, 62},
+		{RetryBudget{BudgetPercent: 0, MinRetryConcurrency: 0}, 1000, 0, 0},
+		{RetryBudget{BudgetPercent: -5, MinRetryConcurrency: 1}, 1000, 0, 1},
+		{RetryBudget{BudgetPercent: math.NaN(), MinRetryConcurrency: 2}, 1000, 0, 2},
+		{RetryBudget{BudgetPercent: 1e30, MinRetryConcurrency: 2}, 1000, 0, math.MaxUint64},
+	}
+	for _, tt := range tests {
+		if got := tt.b.MaxActiveRetries(tt.active, tt.pending); got != tt.want {
+			t.Errorf("%+v.MaxActiveRetries(%d, %d) = %d, want %d", tt.b, tt.active, tt.pending, got, tt.want)
+		}
+	}
+}
+
+func TestCircuitBreakerThresholds(t *testing.T) {
+	c := DefaultCircuitBreakerThresholds()
+	if c.MaxConnections != 1024 || c.MaxPendingRequests != 1024 || c.MaxRequests != 1024 || c.MaxRetries != 3 || c.MaxConnectionPools != 0 || c.RetryBudget != nil {
+		t.Fatalf("defaults: %+v", c)
+	}
+	type check struct {
+		name      string
+		got, want bool
+	}
+	checks := []check{
+		{"connection 1023", c.ConnectionAllowed(1023), true},
+		{"connection 1024", c.ConnectionAllowed(1024), false},
+		{"pending 1023", c.PendingRequestAllowed(1023), true},
+		{"pending 1024", c.PendingRequestAllowed(1024), false},
+		{"request 1023", c.RequestAllowed(1023), true},
+		{"request 1024", c.RequestAllowed(1024), false},
+		{"pools unlimited", c.ConnectionPoolAllowed(math.MaxUint64 - 1), true},
+		{"retry 2", c.RetryAllowed(2, 0, 0), true},
+		{"retry 3", c.RetryAllowed(3, 0, 0), false},
+	}
+	c.MaxConnectionPools = 2
+	checks = append(checks, check{"pool 1 of 2", c.ConnectionPoolAllowed(1), true}, check{"pool 2 of 2", c.ConnectionPoolAllowed(2), false})
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
+		}
+	}
+}
+
+func TestRetryStateDoesNotAllocate(t *testing.T) {
+	p := RetryPolicy{RetryOn: Retry5xx | RetryReset, NumRetries: 1 << 30}.WithDefaults()
+	rnd := &retryXorshift{s: 1}
+	var s RetryState
+	allocs := testing.AllocsPerRun(100, func() {
+		s.Init(&p, rnd)
+		s.OnResponse(503, false, -1, true)
+		s.OnReset(ResetRemote, true, true)
+		s.OnUpstreamResponse(UpstreamResponse{Status: 503, RateLimitReset: time.Second}, true)
+	})
+	if allocs != 0 {
+		t.Errorf("RetryState decisions allocate %v times per run", allocs)
+	}
+	if a := testing.AllocsPerRun(100, func() { _, _ = ParseRetryOn("5xx, reset,connect-failure") }); a != 0 {
+		t.Errorf("ParseRetryOn allocates %v times", a)
+	}
+}
+
+func BenchmarkRetryStateOnResponse(b *testing.B) {
+	p := RetryPolicy{RetryOn: Retry5xx | RetryConnectFailure, NumRetries: 2}.WithDefaults()
+	rnd := &retryXorshift{s: 88172645463325252}
+	b.ReportAllocs()
+	for b.Loop() {
+		var s RetryState
+		s.Init(&p, rnd)
+		s.OnResponse(503, false, -1, true)
+		s.OnResponse(200, false, -1, true)
+	}
+}
