@@ -1,5 +1,6 @@
-// Command sidecar is meshlet's per-pod proxy. Until the data plane lands it
-// offers the load-balancer simulator: `sidecar lb simulate [scenario.yaml]`.
+// Command sidecar is meshlet's per-pod proxy: `sidecar run` runs the data
+// plane from a static config; `sidecar lb simulate` runs the load-balancer
+// simulator.
 package main
 
 import (

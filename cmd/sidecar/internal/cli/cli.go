@@ -15,6 +15,10 @@ import (
 )
 
 const usage = `usage:
+  sidecar demo [-phase 4s] [-rps 200]
+      live failover demo: upstreams in three zones on loopback, the sidecar, a load generator
+  sidecar run [-config file.yaml] [-redirect none|ebpf] [-log-level info] [-watch 2s]
+      run the data plane from a static config (default: the embedded examples/sidecar/sidecar.yaml)
   sidecar lb simulate [-o table|json] [scenario.yaml]
       run a load-balancing scenario (default: the embedded examples/zone-residual.yaml)
   sidecar lb examples
@@ -22,6 +26,12 @@ const usage = `usage:
 
 // Main runs the command line args and writes results to out.
 func Main(args []string, out io.Writer) error {
+	if len(args) >= 1 && args[0] == "run" {
+		return run(args[1:], out)
+	}
+	if len(args) >= 1 && args[0] == "demo" {
+		return demo(args[1:], out)
+	}
 	if len(args) < 2 || args[0] != "lb" {
 		return errors.New(usage)
 	}

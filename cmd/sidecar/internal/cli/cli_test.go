@@ -46,3 +46,35 @@ func TestSimulateFileAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// The live demo tells the failover story: local routing, an upstream
+// killed without a failed request, zone a drained, everything back.
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := Main([]string{"demo", "-phase", "1500ms", "-rps", "100"}, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	last := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		for _, p := range []string{"steady", "killed", "drained", "restored"} {
+			if strings.Contains(line, p) {
+				last[p] = line
+			}
+		}
+	}
+	if len(last) != 4 {
+		t.Fatalf("not all phases shown:\n%s", text)
+	}
+	for p, line := range last {
+		if !strings.Contains(line, " none ") {
+			t.Errorf("phase %s had failures: %s", p, line)
+		}
+	}
+	if f := strings.Fields(last["drained"]); !strings.Contains(last["drained"], " 0.0% ") || !strings.Contains(last["drained"], "2 of 4") {
+		t.Errorf("drained phase should send nothing to zone a with 2 healthy hosts: %v", f)
+	}
+	if !strings.Contains(last["steady"], "LocalityResidual") || !strings.Contains(last["restored"], "LocalityResidual") || !strings.Contains(last["killed"], "NoLocalityRouting") {
+		t.Errorf("routing states:\n%s\n%s\n%s", last["steady"], last["killed"], last["restored"])
+	}
+}

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane"
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/discovery"
+	sidecarexample "github.com/meshlet-dev/meshlet/examples/sidecar"
+)
+
+// run is `sidecar run`: the data plane from a static config file, reloaded
+// on SIGHUP or when the file changes, drained on SIGTERM.
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	path := fs.String("config", "", "static config file (default: the embedded examples/sidecar/sidecar.yaml)")
+	redirect := fs.String("redirect", "none", "traffic capture: none (explicit listeners) or ebpf")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("run: %w\n%s", err, usage)
+	}
+	var lv slog.LevelVar
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("run: -log-level %q: want debug, info, warn or error", *level)
+	}
+	switch *redirect {
+	case "none":
+	case "ebpf":
+		return errors.New("run: -redirect=ebpf: the eBPF redirect is not built yet (bpf issue); use -redirect=none")
+	default:
+		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirect)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	srv, err := dataplane.New(cfg, dataplane.Options{Logger: log, LogLevel: &lv})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	var tick <-chan time.Time
+	if *path != "" && *watch > 0 {
+		t := time.NewTicker(*watch)
+		defer t.Stop()
+		tick = t.C
+	}
+	stamp := fileStamp(*path)
+	reload := func(why string) {
+		next, err := loadConfig(*path)
+		if err == nil {
+			err = srv.Reload(next)
+		}
+		if err != nil {
+			log.Error("config reload refused; keeping the running config", "trigger", why, "err", err)
+			return
+		}
+		log.Info("config reloaded", "trigger", why)
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				if *path != "" {
+					reload("SIGHUP")
+				}
+				continue
+			}
+			log.Info("signal: draining", "signal", sig.String())
+			srv.Shutdown()
+			return nil
+		case <-tick:
+			if st := fileStamp(*path); st != stamp {
+				stamp = st
+				reload("file change")
+			}
+		case <-srv.Done():
+			return nil
+		}
+	}
+}
+
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return discovery.ParseStatic(sidecarexample.Config)
+	}
+	return discovery.LoadStaticFile(path)
+}
+
+// fileStamp changes when the file is rewritten.
+func fileStamp(path string) string {
+	if path == "" {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+}

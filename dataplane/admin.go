@@ -1,0 +1,493 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// adminServers are the admin (15000), health (15021) and Prometheus
+// (15090) endpoints.
+type adminServers struct {
+	mu      sync.Mutex
+	servers []*http.Server
+	addrs   map[string]string // role -> bound address
+	level   *slog.LevelVar
+}
+
+func (s *Server) startAdmin(cfg *config.Config) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{s: s})
+	prom := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	s.admin = &adminServers{addrs: map[string]string{}, level: s.opts.LogLevel}
+	if s.admin.level == nil {
+		s.admin.level = &slog.LevelVar{}
+	}
+
+	admin := http.NewServeMux()
+	admin.HandleFunc("/", s.adminIndex)
+	admin.HandleFunc("/config_dump", s.adminConfigDump)
+	admin.HandleFunc("/clusters", s.adminClusters)
+	admin.HandleFunc("/stats", s.adminStats)
+	admin.Handle("/stats/prometheus", prom)
+	admin.HandleFunc("/ready", s.readyHandler)
+	admin.HandleFunc("/drain", s.adminPost(func() { go s.Drain() }, "draining\n"))
+	admin.HandleFunc("/healthcheck/fail", s.adminPost(func() { go s.Drain() }, "draining\n"))
+	admin.HandleFunc("/quitquitquit", s.adminPost(func() { go s.Shutdown() }, "OK\n"))
+	admin.HandleFunc("/logging", s.adminLogging)
+
+	health := http.NewServeMux()
+	health.HandleFunc("/healthz/ready", s.readyHandler)
+	health.HandleFunc("/ready", s.readyHandler)
+
+	promMux := http.NewServeMux()
+	promMux.Handle("/stats/prometheus", prom)
+	promMux.Handle("/metrics", prom)
+
+	for _, srv := range []struct {
+		role, addr string
+		h          http.Handler
+	}{{"admin", cfg.Admin, admin}, {"health", cfg.Health, health}, {"prometheus", cfg.Prometheus, promMux}} {
+		if srv.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", srv.addr)
+		if err != nil {
+			s.stopAdmin()
+			return fmt.Errorf("dataplane: %s listener %s: %w", srv.role, srv.addr, err)
+		}
+		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 10 * time.Second}
+		s.admin.servers = append(s.admin.servers, hs)
+		s.admin.addrs[srv.role] = l.Addr().String()
+		go func() { _ = hs.Serve(l) }()
+	}
+	return nil
+}
+
+// AdminAddrs returns the bound admin, health and prometheus addresses.
+func (s *Server) AdminAddrs() map[string]string {
+	if s.admin == nil {
+		return nil
+	}
+	s.admin.mu.Lock()
+	defer s.admin.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range s.admin.addrs {
+		out[k] = v
+	}
+	return out
+}
+
+// LogLevel is the level /logging changes; wire it into the logger.
+func (s *Server) LogLevel() *slog.LevelVar {
+	if s.admin == nil {
+		return nil
+	}
+	return s.admin.level
+}
+
+func (s *Server) stopAdmin() {
+	if s.admin == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, hs := range s.admin.servers {
+		_ = hs.Shutdown(ctx)
+	}
+}
+
+func (s *Server) adminIndex(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	fmt.Fprint(w, "meshlet admin\n  /config_dump\n  /clusters[?format=json]\n  /stats\n  /stats/prometheus\n  /ready\n  POST /drain\n  POST /quitquitquit\n  POST /logging?level=debug|info|warn|error\n")
+}
+
+func (s *Server) readyHandler(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "DRAINING", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprint(w, "LIVE\n")
+}
+
+func (s *Server) adminPost(f func(), reply string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "method not allowed: use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		fmt.Fprint(w, reply)
+		f()
+	}
+}
+
+func (s *Server) adminLogging(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		fmt.Fprintf(w, "active level: %s\n", s.admin.level.Level())
+		return
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(r.URL.Query().Get("level"))); err != nil {
+		http.Error(w, "level: want debug, info, warn or error", http.StatusBadRequest)
+		return
+	}
+	s.admin.level.Set(l)
+	fmt.Fprintf(w, "active level: %s\n", l)
+}
+
+func (s *Server) adminConfigDump(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.state.Load().cfg)
+}
+
+// HostStatus is one host of /clusters.
+type HostStatus struct {
+	Address     string      `json:"address"`
+	HealthFlags string      `json:"health_flags"`
+	Weight      uint32      `json:"weight"`
+	Locality    lb.Locality `json:"locality"`
+	Priority    uint32      `json:"priority"`
+	RqTotal     uint64      `json:"rq_total"`
+	RqSuccess   uint64      `json:"rq_success"`
+	RqError     uint64      `json:"rq_error"`
+	RqTimeout   uint64      `json:"rq_timeout"`
+	RqActive    int64       `json:"rq_active"`
+	CxConnFail  uint64      `json:"cx_connect_fail"`
+}
+
+// ClusterStatus is one cluster of /clusters: routing state, priority
+// loads, circuit-breaker thresholds and hosts.
+type ClusterStatus struct {
+	Name           string       `json:"name"`
+	ZoneRouting    string       `json:"zone_routing_state"`
+	HealthyLoad    []uint32     `json:"healthy_priority_load"`
+	DegradedLoad   []uint32     `json:"degraded_priority_load"`
+	MaxConnections uint32       `json:"max_connections"`
+	MaxPending     uint32       `json:"max_pending_requests"`
+	MaxRequests    uint32       `json:"max_requests"`
+	MaxRetries     uint32       `json:"max_retries"`
+	Hosts          []HostStatus `json:"hosts"`
+}
+
+// Clusters reports every cluster as /clusters does, from the published
+// snapshots and the workers' per-host counters.
+func (s *Server) Clusters() []ClusterStatus {
+	st := s.state.Load()
+	var out []ClusterStatus
+	for _, name := range st.clusterNames() {
+		c := st.clusters[name]
+		snap := c.snap.Load()
+		cb := c.cfg.CircuitBreakers
+		cr := ClusterStatus{Name: name, ZoneRouting: snap.ZoneRouting().State.String(),
+			HealthyLoad: snap.Load().HealthyLoad, DegradedLoad: snap.Load().DegradedLoad,
+			MaxConnections: cb.MaxConnections, MaxPending: cb.MaxPendingRequests, MaxRequests: cb.MaxRequests, MaxRetries: cb.MaxRetries}
+		counts := s.hostCounts(c)
+		for _, hs := range snap.HostSets() {
+			for _, h := range hs.Hosts {
+				hc := counts[h.Address]
+				cr.Hosts = append(cr.Hosts, HostStatus{Address: h.Address, HealthFlags: healthFlagsString(h.Flags), Weight: h.Weight,
+					Locality: h.Locality, Priority: h.Priority, RqTotal: hc.rqTotal, RqSuccess: hc.rqSuccess, RqError: hc.rqError,
+					RqTimeout: hc.rqTimeout, RqActive: hc.rqActive, CxConnFail: hc.cxConnectFail})
+			}
+		}
+		slices.SortFunc(cr.Hosts, func(a, b HostStatus) int { return strings.Compare(a.Address, b.Address) })
+		out = append(out, cr)
+	}
+	return out
+}
+
+type hostSums struct {
+	rqTotal, rqSuccess, rqError, rqTimeout, cxConnectFail uint64
+	rqActive                                              int64
+}
+
+func (s *Server) hostCounts(c *cluster) map[string]hostSums {
+	out := map[string]hostSums{}
+	for _, w := range s.workers {
+		w.mu.Lock()
+		for addr, hc := range w.hosts[c] {
+			v := out[addr]
+			v.rqTotal += hc.rqTotal.Load()
+			v.rqSuccess += hc.rqSuccess.Load()
+			v.rqError += hc.rqError.Load()
+			v.rqTimeout += hc.rqTimeout.Load()
+			v.cxConnectFail += hc.cxConnectFail.Load()
+			v.rqActive += hc.rqActive.Load()
+			out[addr] = v
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
+// healthFlagsString renders host flags as Envoy's /clusters does.
+func healthFlagsString(f lb.HealthFlags) string {
+	var parts []string
+	for _, x := range []struct {
+		f    lb.HealthFlags
+		name string
+	}{{lb.FailedActiveHC, "/failed_active_hc"}, {lb.FailedOutlierCheck, "/failed_outlier_check"}, {lb.FailedEDSHealth, "/failed_eds_health"},
+		{lb.DegradedActiveHC, "/degraded_active_hc"}, {lb.DegradedEDSHealth, "/degraded_eds_health"}, {lb.PendingActiveHC, "/pending_active_hc"},
+		{lb.ExcludedImmediateHCFail, "/excluded_via_immediate_hc_fail"}} {
+		if f&x.f != 0 {
+			parts = append(parts, x.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "healthy"
+	}
+	return strings.Join(parts, "")
+}
+
+func (s *Server) adminClusters(w http.ResponseWriter, r *http.Request) {
+	reps := s.Clusters()
+	if r.URL.Query().Get("format") == "json" {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"cluster_statuses": reps})
+		return
+	}
+	var b strings.Builder
+	for _, c := range reps {
+		fmt.Fprintf(&b, "%s::default_priority::max_connections::%d\n", c.Name, c.MaxConnections)
+		fmt.Fprintf(&b, "%s::default_priority::max_pending_requests::%d\n", c.Name, c.MaxPending)
+		fmt.Fprintf(&b, "%s::default_priority::max_requests::%d\n", c.Name, c.MaxRequests)
+		fmt.Fprintf(&b, "%s::default_priority::max_retries::%d\n", c.Name, c.MaxRetries)
+		fmt.Fprintf(&b, "%s::zone_routing_state::%s\n", c.Name, c.ZoneRouting)
+		for _, h := range c.Hosts {
+			p := c.Name + "::" + h.Address + "::"
+			fmt.Fprintf(&b, "%scx_connect_fail::%d\n%srq_active::%d\n%srq_error::%d\n%srq_success::%d\n%srq_timeout::%d\n%srq_total::%d\n",
+				p, h.CxConnFail, p, h.RqActive, p, h.RqError, p, h.RqSuccess, p, h.RqTimeout, p, h.RqTotal)
+			fmt.Fprintf(&b, "%shealth_flags::%s\n%sweight::%d\n%sregion::%s\n%szone::%s\n%ssub_zone::%s\n%spriority::%d\n",
+				p, h.HealthFlags, p, h.Weight, p, h.Locality.Region, p, h.Locality.Zone, p, h.Locality.SubZone, p, h.Priority)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	fmt.Fprint(w, b.String())
+}
+
+// statValue is one flat stat of /stats.
+type statValue struct {
+	name  string
+	value int64
+}
+
+// Stats returns every flat statistic of /stats by name
+// (cluster.<name>.<stat>, server.*, access_log.*).
+func (s *Server) Stats() map[string]int64 {
+	out := map[string]int64{}
+	for _, sv := range s.flatStats() {
+		out[sv.name] = sv.value
+	}
+	return out
+}
+
+func (s *Server) flatStats() []statValue {
+	st := s.state.Load()
+	var out []statValue
+	for _, name := range st.clusterNames() {
+		c := st.clusters[name]
+		p := "cluster." + name + "."
+		for i, n := range clusterCounterNames {
+			out = append(out, statValue{p + n, int64(sumCounter(c, clusterCounter(i)))})
+		}
+		for i, n := range clusterGaugeNames {
+			out = append(out, statValue{p + n, sumGauge(c, clusterGauge(i))})
+		}
+		lbs := sumLB(c)
+		for _, n := range lb.StatNames {
+			out = append(out, statValue{p + n, int64(lbs[n])})
+		}
+		snap := c.snap.Load()
+		var total, healthy, degraded, excluded int
+		for _, hs := range snap.HostSets() {
+			total += len(hs.Hosts)
+			healthy += len(hs.Healthy)
+			degraded += len(hs.Degraded)
+			excluded += len(hs.Excluded)
+		}
+		out = append(out, statValue{p + "membership_total", int64(total)}, statValue{p + "membership_healthy", int64(healthy)},
+			statValue{p + "membership_degraded", int64(degraded)}, statValue{p + "membership_excluded", int64(excluded)})
+		if os := c.outlierStats.Load(); os != nil {
+			os.Each(func(n string, v uint64) { out = append(out, statValue{p + "outlier_detection." + n, int64(v)}) })
+		}
+	}
+	if a := s.access.Load(); a != nil {
+		out = append(out, statValue{"access_log.dropped", int64(a.dropped.Load())}, statValue{"access_log.written", int64(a.written.Load())})
+	}
+	out = append(out, statValue{"server.events_dropped", int64(s.dropped.Load())}, statValue{"server.concurrency", int64(len(s.workers))},
+		statValue{"server.uptime", int64(time.Since(s.started).Seconds())})
+	return out
+}
+
+func sumCounter(c *cluster, i clusterCounter) uint64 {
+	var n uint64
+	for _, st := range c.stats {
+		n += st.get(i)
+	}
+	return n
+}
+
+func sumGauge(c *cluster, i clusterGauge) int64 {
+	var n int64
+	for _, st := range c.stats {
+		n += st.getGauge(i)
+	}
+	return n
+}
+
+func sumLB(c *cluster) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, st := range c.stats {
+		st.lb.Each(func(n string, v uint64) { out[n] += v })
+	}
+	return out
+}
+
+func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) {
+	filter := r.URL.Query().Get("filter")
+	w.Header().Set("Content-Type", "text/plain")
+	for _, sv := range s.flatStats() {
+		if filter != "" && !strings.Contains(sv.name, filter) {
+			continue
+		}
+		fmt.Fprintf(w, "%s: %d\n", sv.name, sv.value)
+	}
+}
+
+// collector renders the stats for Prometheus at scrape time, summing the
+// workers' shards: Envoy's names (envoy_cluster_*) and Istio's request
+// metrics (istio_requests_total, istio_request_duration_milliseconds).
+type collector struct{ s *Server }
+
+func (c *collector) Describe(chan<- *prometheus.Desc) {} // unchecked collector
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	st := s.state.Load()
+	gauge := map[string]bool{"upstream_rq_active": true, "upstream_rq_pending_active": true, "upstream_cx_active": true,
+		"membership_total": true, "membership_healthy": true, "membership_degraded": true, "membership_excluded": true,
+		"outlier_detection.ejections_active": true}
+	for _, sv := range s.flatStats() {
+		name, cluster, ok := strings.Cut(strings.TrimPrefix(sv.name, "cluster."), ".")
+		if !strings.HasPrefix(sv.name, "cluster.") || !ok {
+			continue
+		}
+		stat := cluster
+		cluster = name
+		labels := []string{"envoy_cluster_name"}
+		values := []string{cluster}
+		metric := "envoy_cluster_" + strings.ReplaceAll(stat, ".", "_")
+		if strings.HasPrefix(stat, "upstream_rq_") && len(stat) == len("upstream_rq_2xx") && stat[len(stat)-2:] == "xx" {
+			metric = "envoy_cluster_upstream_rq_xx"
+			labels = append(labels, "envoy_response_code_class")
+			values = append(values, stat[len("upstream_rq_"):len("upstream_rq_")+1])
+		}
+		// Envoy's names are kept exactly, so dashboards built for Envoy
+		// work. Envoy types its counters "counter" without the _total
+		// suffix, which Prometheus' linter rejects; meshlet exposes those
+		// names untyped instead (rate() works the same).
+		typ := prometheus.UntypedValue
+		if gauge[stat] && !strings.HasSuffix(metric, "_total") {
+			typ = prometheus.GaugeValue
+		} else if !gauge[stat] && strings.HasSuffix(metric, "_total") {
+			typ = prometheus.CounterValue
+		}
+		ch <- prometheus.MustNewConstMetric(desc(metric, labels), typ, float64(sv.value), values...)
+	}
+	for _, sv := range s.flatStats() {
+		if strings.HasPrefix(sv.name, "cluster.") {
+			continue
+		}
+		metric := "meshlet_" + strings.ReplaceAll(sv.name, ".", "_")
+		typ := prometheus.CounterValue
+		if strings.HasSuffix(sv.name, "concurrency") || strings.HasSuffix(sv.name, "uptime") {
+			typ = prometheus.GaugeValue
+		} else {
+			metric += "_total"
+		}
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(metric, "meshlet statistic "+sv.name, nil, nil), typ, float64(sv.value))
+	}
+	c.collectRequests(ch, st)
+}
+
+// descs caches one Desc per metric name so every sample of a family has
+// the same help text and label names.
+var descs sync.Map
+
+func desc(name string, labels []string) *prometheus.Desc {
+	if d, ok := descs.Load(name); ok {
+		return d.(*prometheus.Desc)
+	}
+	d, _ := descs.LoadOrStore(name, prometheus.NewDesc(name, "Envoy statistic "+strings.TrimPrefix(name, "envoy_")+" (meshlet).", labels, nil))
+	return d.(*prometheus.Desc)
+}
+
+var requestLabels = []string{"reporter", "source_workload", "destination_service", "destination_service_name", "upstream_cluster",
+	"request_protocol", "response_code", "response_flags"}
+
+func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
+	type agg struct {
+		count   uint64
+		sumUs   uint64
+		buckets [len(durationBucketsMs)]uint64
+	}
+	sums := map[requestKey]*agg{}
+	for _, w := range c.s.workers {
+		w.mu.Lock()
+		for k, r := range w.requests {
+			a := sums[k]
+			if a == nil {
+				a = &agg{}
+				sums[k] = a
+			}
+			a.count += r.count.Load()
+			a.sumUs += r.sumUs.Load()
+			for i := range a.buckets {
+				a.buckets[i] += r.buckets[i].Load()
+			}
+		}
+		w.mu.Unlock()
+	}
+	total := prometheus.NewDesc("istio_requests_total", "Requests handled by the sidecar (Istio's standard metric).", requestLabels, nil)
+	// Istio calls this istio_request_duration_milliseconds; Prometheus'
+	// linter (promtool check metrics) requires base units, so meshlet
+	// exposes the same buckets in seconds.
+	dur := prometheus.NewDesc("istio_request_duration_seconds", "Request duration in seconds (Istio's request duration histogram, in base units).", requestLabels, nil)
+	workload := st.cfg.Node.Cluster
+	if workload == "" {
+		workload = "unknown"
+	}
+	for k, a := range sums {
+		svcName, _, _ := strings.Cut(k.service, ".")
+		vals := []string{k.reporter, workload, k.service, svcName, k.cluster, k.protocol, strconv.Itoa(k.code), k.flags.Short()}
+		ch <- prometheus.MustNewConstMetric(total, prometheus.CounterValue, float64(a.count), vals...)
+		cum := map[float64]uint64{}
+		var run uint64
+		for i, b := range durationBucketsMs {
+			run += a.buckets[i]
+			cum[b/1000] = run
+		}
+		ch <- prometheus.MustNewConstHistogram(dur, a.count, float64(a.sumUs)/1e6, cum, vals...)
+	}
+}

@@ -1,0 +1,312 @@
+// Package config holds the data plane's resolved configuration: what a
+// static config file or xDS translates into and what the data plane runs.
+// It is types and validation only, so that the translators (discovery) and
+// the data plane share it without depending on each other.
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// Defaults that operators know from Envoy and Istio, or that meshlet chose.
+const (
+	// DefaultConnectTimeout is Envoy's cluster connect_timeout default.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultUpstreamIdleTimeout closes pooled upstream HTTP/1.1
+	// connections after this idle time. It is deliberately shorter than
+	// the common server keep-alive timeouts (Node.js 5 s, nginx 75 s) so
+	// the proxy, not the upstream, closes an idle connection: that avoids
+	// the race where a request is sent on a connection the upstream is
+	// closing (Envoy's UC 503).
+	DefaultUpstreamIdleTimeout = 4 * time.Second
+	// DefaultRouteTimeout is Envoy's route timeout default.
+	DefaultRouteTimeout = 15 * time.Second
+	// DefaultDetectionTimeout bounds protocol sniffing on a new connection.
+	DefaultDetectionTimeout = 100 * time.Millisecond
+	// DefaultDrainTimeout is how long a draining sidecar waits for
+	// in-flight work (Istio's terminationDrainDuration is 5 s).
+	DefaultDrainTimeout = 5 * time.Second
+)
+
+// Well-known ports (Istio's numbers).
+const (
+	PortOutbound   = 15001
+	PortInbound    = 15006
+	PortAdmin      = 15000
+	PortHealth     = 15021
+	PortPrometheus = 15090
+)
+
+// Config is the whole data-plane configuration. It is immutable once
+// built: the data plane swaps whole Configs.
+type Config struct {
+	// Node is the sidecar itself.
+	Node Node
+	// LocalCluster names the cluster that holds the clients of this fleet
+	// (Envoy's cluster_manager.local_cluster_name); it enables zone-aware
+	// routing for the other clusters. Empty: no zone-aware routing.
+	LocalCluster string
+	// Admin, Health and Prometheus are listen addresses ("" = off).
+	Admin, Health, Prometheus string
+	AccessLog                 AccessLog
+	// DrainTimeout bounds the graceful drain on SIGTERM or /drain.
+	DrainTimeout time.Duration
+	Listeners    []Listener
+	Clusters     []Cluster
+}
+
+// Node identifies the sidecar and where it runs.
+type Node struct {
+	ID       string
+	Cluster  string
+	Locality lb.Locality
+}
+
+// AccessLogFormat selects the access-log rendering.
+type AccessLogFormat string
+
+const (
+	// AccessLogText is Envoy's default text format.
+	AccessLogText AccessLogFormat = "text"
+	// AccessLogJSON is one JSON object per line with the same fields.
+	AccessLogJSON AccessLogFormat = "json"
+)
+
+// AccessLog says where access-log lines go.
+type AccessLog struct {
+	// Path is a file, "-" or "" for stdout, or "off".
+	Path   string
+	Format AccessLogFormat
+}
+
+// Direction is the traffic direction of a listener.
+type Direction string
+
+const (
+	// Outbound listeners carry the app's connections to upstreams.
+	Outbound Direction = "outbound"
+	// Inbound listeners carry peers' connections to the local app.
+	Inbound Direction = "inbound"
+)
+
+// Protocol is what a listener expects or detects.
+type Protocol string
+
+const (
+	// ProtocolAuto sniffs HTTP/1.1, HTTP/2 prior knowledge, TLS and TCP.
+	ProtocolAuto Protocol = "auto"
+	// ProtocolTCP proxies opaque bytes.
+	ProtocolTCP Protocol = "tcp"
+	// ProtocolHTTP is HTTP/1.1 or HTTP/2 prior knowledge.
+	ProtocolHTTP Protocol = "http"
+)
+
+// Listener is one listening address of the data plane and how connections
+// arriving there are routed.
+type Listener struct {
+	Name      string
+	Address   string
+	Direction Direction
+	// OriginalDestination, in static mode, is the destination every
+	// connection on this listener is treated as having dialled (the eBPF
+	// redirect supplies the real one per connection).
+	OriginalDestination string
+	Protocol            Protocol
+	// DetectionTimeout bounds protocol sniffing.
+	DetectionTimeout time.Duration
+	// ServerFirstPorts are destination ports whose servers speak first
+	// (MySQL, SMTP, ...): no sniffing, straight TCP.
+	ServerFirstPorts []uint16
+	Routes           []Route
+}
+
+// Route maps an original destination (and for HTTP a host) to a cluster.
+type Route struct {
+	Name string
+	// Destination is "ip:port", or ":port" for any address; "" matches all.
+	Destination string
+	// Hosts are HTTP host names (":authority" / Host, port ignored); empty
+	// matches any host. A "*." prefix matches any subdomain.
+	Hosts   []string
+	Cluster string
+	// Timeout covers all attempts of an HTTP request (0 = no timeout).
+	Timeout time.Duration
+	Retry   lb.RetryPolicy
+}
+
+// HealthCheckKind is the active health checker type.
+type HealthCheckKind string
+
+const (
+	HealthCheckHTTP HealthCheckKind = "http"
+	HealthCheckTCP  HealthCheckKind = "tcp"
+	HealthCheckGRPC HealthCheckKind = "grpc"
+)
+
+// HealthCheck is one active health checker of a cluster.
+type HealthCheck struct {
+	Kind HealthCheckKind
+	// Timing and thresholds.
+	lb.HealthCheckConfig
+	// HTTP: path, host and expected status ranges [start, end).
+	Path             string
+	Host             string
+	ExpectedStatuses [][2]uint32
+	// TCP: bytes to send and to expect in return (empty: connect only).
+	Send, Receive []byte
+	// GRPC: the service name asked in grpc.health.v1.Health/Check.
+	GRPCService string
+}
+
+// UpstreamProtocol is how the data plane talks HTTP to a cluster.
+type UpstreamProtocol string
+
+const (
+	// UpstreamHTTP1 uses HTTP/1.1 keep-alive pools.
+	UpstreamHTTP1 UpstreamProtocol = "http1"
+	// UpstreamHTTP2 uses HTTP/2 (h2c) with multiplexing.
+	UpstreamHTTP2 UpstreamProtocol = "http2"
+)
+
+// Cluster is one upstream cluster, resolved.
+type Cluster struct {
+	Name string
+	// LB is the balancing config (policy, panic threshold, zone-aware,
+	// locality-weighted, ring / Maglev, slow start).
+	LB lb.ClusterConfig
+	// Endpoints with locality, priority, weight and EDS health.
+	Endpoints []lb.Endpoint
+	// Priorities is the number of declared priority levels.
+	Priorities             int
+	OverprovisioningFactor uint32
+	WeightedPriorityHealth bool
+	ConnectTimeout         time.Duration
+	// IdleTimeout closes idle pooled upstream connections.
+	IdleTimeout time.Duration
+	// MaxRequestsPerConnection, 0 = unlimited.
+	MaxRequestsPerConnection uint32
+	Protocol                 UpstreamProtocol
+	CircuitBreakers          lb.CircuitBreakerThresholds
+	// Outlier is nil when outlier detection is off.
+	Outlier *lb.OutlierConfig
+	// HealthChecks; IgnoreNewHostsUntilFirstHC mirrors Envoy's flag.
+	HealthChecks               []HealthCheck
+	IgnoreNewHostsUntilFirstHC bool
+}
+
+// ClusterByName returns the named cluster or nil.
+func (c *Config) ClusterByName(name string) *Cluster {
+	for i := range c.Clusters {
+		if c.Clusters[i].Name == name {
+			return &c.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// Validate checks cross-references and values the translators cannot see
+// alone; errors name the field by its path in the config file.
+func (c *Config) Validate() error {
+	names := map[string]bool{}
+	for i := range c.Clusters {
+		cl := &c.Clusters[i]
+		where := fmt.Sprintf("clusters[%d]", i)
+		switch {
+		case cl.Name == "":
+			return fmt.Errorf("config: %s.name: empty", where)
+		case names[cl.Name]:
+			return fmt.Errorf("config: %s.name: duplicate cluster %q", where, cl.Name)
+		}
+		names[cl.Name] = true
+		if err := cl.LB.Validate(); err != nil {
+			return fmt.Errorf("config: cluster %q: %w", cl.Name, err)
+		}
+		if cl.Outlier != nil {
+			if err := cl.Outlier.Validate(); err != nil {
+				return fmt.Errorf("config: cluster %q: %w", cl.Name, err)
+			}
+		}
+		for j, hc := range cl.HealthChecks {
+			if err := hc.Validate(); err != nil {
+				return fmt.Errorf("config: cluster %q: health_checks[%d]: %w", cl.Name, j, err)
+			}
+		}
+		seen := map[string]bool{}
+		for j, ep := range cl.Endpoints {
+			if _, err := netip.ParseAddrPort(ep.Address); err != nil {
+				return fmt.Errorf("config: cluster %q: endpoints[%d].address %q: %v", cl.Name, j, ep.Address, err)
+			}
+			if seen[ep.Address] {
+				return fmt.Errorf("config: cluster %q: endpoints[%d].address %q: duplicate", cl.Name, j, ep.Address)
+			}
+			seen[ep.Address] = true
+		}
+	}
+	if c.LocalCluster != "" && !names[c.LocalCluster] {
+		return fmt.Errorf("config: local_cluster: no cluster %q", c.LocalCluster)
+	}
+	addrs := map[string]bool{}
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		where := fmt.Sprintf("listeners[%d]", i)
+		if _, err := netip.ParseAddrPort(l.Address); err != nil {
+			return fmt.Errorf("config: %s.address %q: %v", where, l.Address, err)
+		}
+		if addrs[l.Address] {
+			return fmt.Errorf("config: %s.address %q: duplicate listener address", where, l.Address)
+		}
+		addrs[l.Address] = true
+		switch l.Direction {
+		case Outbound, Inbound:
+		default:
+			return fmt.Errorf("config: %s.direction: %q (want outbound or inbound)", where, l.Direction)
+		}
+		switch l.Protocol {
+		case ProtocolAuto, ProtocolTCP, ProtocolHTTP:
+		default:
+			return fmt.Errorf("config: %s.protocol: %q (want auto, tcp or http)", where, l.Protocol)
+		}
+		if l.OriginalDestination != "" {
+			if _, err := netip.ParseAddrPort(l.OriginalDestination); err != nil {
+				return fmt.Errorf("config: %s.original_destination %q: %v", where, l.OriginalDestination, err)
+			}
+		}
+		for j, r := range l.Routes {
+			rw := fmt.Sprintf("%s.routes[%d]", where, j)
+			if !names[r.Cluster] {
+				return fmt.Errorf("config: %s.cluster: no cluster %q", rw, r.Cluster)
+			}
+			if r.Destination != "" {
+				d := r.Destination
+				if strings.HasPrefix(d, ":") {
+					d = "0.0.0.0" + d
+				}
+				if _, err := netip.ParseAddrPort(d); err != nil {
+					return fmt.Errorf("config: %s.match.destination %q: %v", rw, r.Destination, err)
+				}
+			}
+			if r.Timeout < 0 {
+				return fmt.Errorf("config: %s.timeout: %v must be >= 0", rw, r.Timeout)
+			}
+		}
+	}
+	for _, a := range []struct{ field, addr string }{{"admin", c.Admin}, {"health", c.Health}, {"prometheus", c.Prometheus}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, err := netip.ParseAddrPort(a.addr); err != nil {
+			return fmt.Errorf("config: %s %q: %v", a.field, a.addr, err)
+		}
+	}
+	switch c.AccessLog.Format {
+	case "", AccessLogText, AccessLogJSON:
+	default:
+		return fmt.Errorf("config: access_log.format: %q (want text or json)", c.AccessLog.Format)
+	}
+	return nil
+}

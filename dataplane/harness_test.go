@@ -1,0 +1,182 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// The tests run real upstream servers on loopback addresses (127.0.0.x
+// stands for hosts in zones) and real clients through the real proxy.
+
+// logBuffer collects access-log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
+}
+
+// waitLine waits until a line containing every part appears.
+func (l *logBuffer) waitLine(t *testing.T, parts ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range l.lines() {
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(line, p)
+			}
+			if ok {
+				return line
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no access-log line with %q in:\n%s", parts, strings.Join(l.lines(), "\n"))
+	return ""
+}
+
+// upstream serves h on ip:0 and returns its address.
+func upstream(t *testing.T, ip string, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("upstream on %s: %v", ip, err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+// named answers 200 with its name, for counting where requests went.
+func named(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Upstream", name)
+		fmt.Fprint(w, name)
+	})
+}
+
+// closedAddr returns an address nothing listens on.
+func closedAddr(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func endpoint(addr, zone string) lb.Endpoint {
+	return lb.Endpoint{Address: addr, Locality: lb.Locality{Region: "r1", Zone: zone}}
+}
+
+// testCluster is a round-robin cluster with Envoy's defaults.
+func testCluster(name string, eps ...lb.Endpoint) config.Cluster {
+	return config.Cluster{Name: name, LB: lb.DefaultClusterConfig(), Endpoints: eps, ConnectTimeout: time.Second,
+		CircuitBreakers: lb.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1}
+}
+
+// testConfig routes an outbound listener on 127.0.0.1:0 (original
+// destination 10.96.0.10:80, host "echo") to cluster echo.
+func testConfig(retry lb.RetryPolicy, clusters ...config.Cluster) *config.Config {
+	return &config.Config{
+		Node:         config.Node{ID: "test", Cluster: "client", Locality: lb.Locality{Region: "r1", Zone: "a"}},
+		Admin:        "127.0.0.1:0",
+		DrainTimeout: time.Second,
+		AccessLog:    config.AccessLog{Format: config.AccessLogText},
+		Listeners: []config.Listener{{
+			Name: "outbound", Address: "127.0.0.1:0", Direction: config.Outbound, OriginalDestination: "10.96.0.10:80",
+			Protocol: config.ProtocolAuto,
+			Routes: []config.Route{{Name: "echo", Destination: "10.96.0.10:80", Hosts: []string{"echo"}, Cluster: "echo",
+				Timeout: 5 * time.Second, Retry: retry}},
+		}},
+		Clusters: clusters,
+	}
+}
+
+// noRetry is a policy that never retries.
+var noRetry = lb.RetryPolicy{}
+
+func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	s, err := New(cfg, Options{AccessLog: logs, Workers: 2})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s, logs
+}
+
+// proxyURL is the outbound listener's URL.
+func proxyURL(s *Server) string {
+	for _, a := range s.ListenerAddrs() {
+		return "http://" + a
+	}
+	return ""
+}
+
+// get sends one request through the proxy with Host echo.
+func get(t *testing.T, client *http.Client, s *Server, path string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+path, nil)
+	req.Host = "echo"
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func adminGet(t *testing.T, s *Server, path string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.AdminAddrs()["admin"] + path)
+	if err != nil {
+		t.Fatalf("admin %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// stat reads one flat stat from the admin /stats.
+func stat(t *testing.T, s *Server, name string) int64 {
+	t.Helper()
+	for _, sv := range s.flatStats() {
+		if sv.name == name {
+			return sv.value
+		}
+	}
+	t.Fatalf("no stat %q", name)
+	return 0
+}

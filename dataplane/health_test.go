@@ -1,0 +1,127 @@
+package dataplane
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// waitFor polls cond until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func hostFlags(s *Server, cluster, addr string) string {
+	for _, c := range s.Clusters() {
+		if c.Name != cluster {
+			continue
+		}
+		for _, h := range c.Hosts {
+			if h.Address == addr {
+				return h.HealthFlags
+			}
+		}
+	}
+	return "missing"
+}
+
+// A host answering 500 is ejected after consecutive_5xx failures, gets no
+// traffic while ejected, and returns after the ejection time.
+func TestOutlierEjectionAndReturn(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	flaky := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(500)
+			return
+		}
+		w.Write([]byte("flaky"))
+	}))
+	good := upstream(t, "127.0.0.12", named("good"))
+	cl := testCluster("echo", endpoint(flaky, "a"), endpoint(good, "a"))
+	od := lb.DefaultOutlierConfig()
+	od.Interval = 50 * time.Millisecond
+	od.BaseEjectionTime = 300 * time.Millisecond
+	od.MaxEjectionPercent = 100
+	od.Consecutive5xx = 3
+	cl.Outlier = &od
+	s, _ := startServer(t, testConfig(noRetry, cl))
+	for range 20 {
+		get(t, http.DefaultClient, s, "/")
+		if strings.Contains(hostFlags(s, "echo", flaky), "failed_outlier_check") {
+			break
+		}
+	}
+	waitFor(t, "ejection", func() bool { return strings.Contains(hostFlags(s, "echo", flaky), "failed_outlier_check") })
+	failing.Store(false)
+	for range 10 {
+		if _, body, _ := get(t, http.DefaultClient, s, "/"); body != "good" {
+			t.Fatalf("ejected host served %q", body)
+		}
+	}
+	if got := stat(t, s, "cluster.echo.outlier_detection.ejections_enforced_consecutive_5xx"); got != 1 {
+		t.Errorf("ejections_enforced_consecutive_5xx = %d, want 1", got)
+	}
+	waitFor(t, "return after the ejection time", func() bool { return hostFlags(s, "echo", flaky) == "healthy" })
+	seen := map[string]bool{}
+	for range 10 {
+		_, body, _ := get(t, http.DefaultClient, s, "/")
+		seen[body] = true
+	}
+	if !seen["flaky"] {
+		t.Errorf("returned host got no traffic: %v", seen)
+	}
+}
+
+// Active HTTP health checks: a host starts failed until its first check,
+// a failing /healthz takes it out after unhealthy_threshold checks, and
+// healthy_threshold passes bring it back.
+func TestActiveHealthCheck(t *testing.T) {
+	var sick atomic.Bool
+	hcHandler := func(name string, sickOne bool) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" {
+				if sickOne && sick.Load() {
+					w.WriteHeader(503)
+				}
+				return
+			}
+			w.Write([]byte(name))
+		})
+	}
+	a := upstream(t, "127.0.0.11", hcHandler("a", true))
+	b := upstream(t, "127.0.0.12", hcHandler("b", false))
+	cl := testCluster("echo", endpoint(a, "a"), endpoint(b, "a"))
+	cl.HealthChecks = []config.HealthCheck{{Kind: config.HealthCheckHTTP, Path: "/healthz", HealthCheckConfig: lb.HealthCheckConfig{
+		Timeout: time.Second, Interval: 30 * time.Millisecond, NoTrafficInterval: 30 * time.Millisecond,
+		UnhealthyThreshold: 2, HealthyThreshold: 2}}}
+	cl.LB.PanicThreshold = 0
+	s, _ := startServer(t, testConfig(noRetry, cl))
+	waitFor(t, "first checks pass", func() bool { return hostFlags(s, "echo", a) == "healthy" && hostFlags(s, "echo", b) == "healthy" })
+	sick.Store(true)
+	// A 503 is a non-retriable active failure: unhealthy at once.
+	waitFor(t, "a fails its check", func() bool { return hostFlags(s, "echo", a) == "/failed_active_hc" })
+	for range 10 {
+		if _, body, _ := get(t, http.DefaultClient, s, "/"); body != "b" {
+			t.Fatalf("failed host served %q", body)
+		}
+	}
+	sick.Store(false)
+	waitFor(t, "a recovers", func() bool { return hostFlags(s, "echo", a) == "healthy" })
+	if !strings.Contains(adminGet(t, s, "/clusters"), "echo::"+a+"::health_flags::healthy") {
+		t.Errorf("/clusters does not show %s healthy", a)
+	}
+}

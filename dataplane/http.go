@@ -1,0 +1,708 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// maxRetryBody is the request body meshlet buffers so it can resend it on a
+// retry (Envoy's per-request buffer limit); bigger bodies are not retried.
+const maxRetryBody = 64 << 10
+
+// exchange is one downstream request's state, shared by the handler and the
+// router transport through the request context.
+type exchange struct {
+	w       *worker
+	route   *routeState
+	cluster *cluster
+	stats   *clusterStats
+	body    []byte // buffered body for retries; nil: not replayable
+	flags   lb.ResponseFlags
+	details string // %RESPONSE_CODE_DETAILS%
+	failure string // %UPSTREAM_TRANSPORT_FAILURE_REASON%
+	host    string // the last upstream host tried
+	tried   []lb.HostID
+	grpc    bool
+}
+
+type exchangeKey struct{}
+
+// statusWriter records what was sent downstream.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes uint64
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 || s.code < 200 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(p)
+	s.bytes += uint64(n)
+	return n, err
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Hijack hands the connection over for an Upgrade (WebSocket): the proxy
+// then writes the upstream's 101 itself, so record it here.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil {
+		s.code = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
+
+// countingBody counts request bytes read from downstream.
+type countingBody struct {
+	io.ReadCloser
+	n uint64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += uint64(n)
+	return n, err
+}
+
+func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
+	sw := &statusWriter{ResponseWriter: rw}
+	cb := &countingBody{ReadCloser: req.Body}
+	req.Body = cb
+	st := w.s.state.Load()
+	ex := &exchange{w: w, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc")}
+	if req.Header.Get("X-Request-Id") == "" {
+		req.Header.Set("X-Request-Id", w.requestID())
+	}
+	defer func() {
+		w.logHTTP(st, info, req, sw, cb.n, ex, start)
+	}()
+
+	ls := st.listeners[info.listener]
+	var route *routeState
+	if ls != nil {
+		route = ls.matchRoute(info.dst, req.Host, true)
+	}
+	if route == nil {
+		ex.flags |= lb.FlagNR
+		ex.details = "route_not_found"
+		http.Error(sw, "route not found", http.StatusNotFound)
+		return
+	}
+	ex.route, ex.cluster = route, route.cluster
+	c := route.cluster
+	ex.stats = c.stats[w.id]
+	ex.stats.inc(cUpstreamRqTotal)
+
+	// Circuit breaker: max_requests (Envoy counts the overflow as pending).
+	cb2 := &c.cfg.CircuitBreakers
+	if n := c.rqActive.Add(1); !cb2.RequestAllowed(uint64(n - 1)) {
+		c.rqActive.Add(-1)
+		ex.stats.inc(cUpstreamRqPendingOverflow)
+		ex.flags |= lb.FlagUO
+		ex.details = "overflow"
+		w.localReply(sw, ex, http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: overflow")
+		return
+	}
+	ex.stats.gauge(gUpstreamRqActive, 1)
+	defer func() {
+		c.rqActive.Add(-1)
+		ex.stats.gauge(gUpstreamRqActive, -1)
+		ex.stats.inc(cUpstreamRqCompleted)
+	}()
+
+	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
+		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
+			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
+			if err != nil {
+				ex.flags |= lb.FlagDC
+				ex.details = "downstream_remote_disconnect"
+				return
+			}
+			if len(b) <= maxRetryBody {
+				ex.body = b
+				req.Body = io.NopCloser(bytes.NewReader(b))
+			}
+		}
+	} else if req.ContentLength == 0 || req.Body == http.NoBody {
+		ex.body = []byte{}
+	}
+
+	ctx := context.WithValue(req.Context(), exchangeKey{}, ex)
+	if t := route.cfg.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errRouteTimeout)
+		defer cancel()
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "upstream" // the router transport sets the host per attempt
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:      routerTransport{},
+		FlushInterval:  -1,
+		ModifyResponse: keepTrailersOnly,
+		ErrorHandler:   w.proxyError,
+		ErrorLog:       nil,
+		BufferPool:     bufferPool,
+	}
+	if ex.grpc || req.ProtoMajor == 2 {
+		proxy.FlushInterval = -1
+	}
+	proxy.ServeHTTP(sw, req.WithContext(ctx))
+}
+
+var errRouteTimeout = errors.New("route timeout")
+
+// trailersOnly carries a gRPC trailers-only response (status in the only
+// HEADERS frame, no body) past ReverseProxy, whose early header flush
+// would split it into headers and an empty end of stream, which gRPC
+// clients reject.
+type trailersOnly struct{ resp *http.Response }
+
+func (trailersOnly) Error() string { return "grpc trailers-only response" }
+
+func keepTrailersOnly(resp *http.Response) error {
+	if resp.Header.Get("Grpc-Status") == "" || resp.ProtoMajor != 2 {
+		return nil
+	}
+	if resp.Body != http.NoBody && resp.ContentLength != 0 {
+		return nil
+	}
+	return trailersOnly{resp}
+}
+
+// proxyError turns the router's final error into Envoy's local reply.
+func (w *worker) proxyError(rw http.ResponseWriter, req *http.Request, err error) {
+	var to trailersOnly
+	if errors.As(err, &to) {
+		h := rw.Header()
+		for k, v := range to.resp.Header {
+			h[k] = v
+		}
+		rw.WriteHeader(to.resp.StatusCode)
+		to.resp.Body.Close()
+		return
+	}
+	ex, _ := req.Context().Value(exchangeKey{}).(*exchange)
+	if ex == nil {
+		http.Error(rw, err.Error(), http.StatusBadGateway)
+		return
+	}
+	switch {
+	case ex.flags&lb.FlagDC != 0:
+		return // nobody to answer
+	case ex.flags&lb.FlagUT != 0:
+		w.localReply(rw, ex, http.StatusGatewayTimeout, "upstream request timeout")
+	case ex.flags&lb.FlagUH != 0:
+		w.localReply(rw, ex, http.StatusServiceUnavailable, "no healthy upstream")
+	default:
+		reason := "connection termination"
+		switch {
+		case ex.flags&lb.FlagUO != 0:
+			reason = "overflow"
+		case ex.flags&lb.FlagUF != 0:
+			reason = "connection failure"
+		case ex.flags&lb.FlagUR != 0:
+			reason = "remote reset"
+		}
+		if ex.failure != "" {
+			reason += ", transport failure reason: " + ex.failure
+		}
+		w.localReply(rw, ex, http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
+	}
+}
+
+// localReply answers from the proxy itself, as Envoy's local replies do.
+func (w *worker) localReply(rw http.ResponseWriter, ex *exchange, code int, body string) {
+	h := rw.Header()
+	h.Set("Content-Type", "text/plain")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if ex.grpc {
+		// gRPC clients read the status from trailers-only responses.
+		h.Set("Content-Type", "application/grpc")
+		h.Set("Grpc-Status", grpcStatusFor(code))
+		h.Set("Grpc-Message", body)
+		h.Del("Content-Length")
+		rw.WriteHeader(http.StatusOK)
+		return
+	}
+	rw.WriteHeader(code)
+	_, _ = io.WriteString(rw, body)
+}
+
+// grpcStatusFor maps a local reply status to a gRPC code as Envoy does.
+func grpcStatusFor(code int) string {
+	switch code {
+	case http.StatusGatewayTimeout:
+		return "4" // DEADLINE_EXCEEDED
+	case http.StatusNotFound:
+		return "12" // UNIMPLEMENTED
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway:
+		return "14" // UNAVAILABLE
+	}
+	return "2" // UNKNOWN
+}
+
+var bufferPool = &syncBufferPool{}
+
+type syncBufferPool struct{ p sync.Pool }
+
+func (b *syncBufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *syncBufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
+// routerTransport is Envoy's router for one request: pick a host, try it
+// with the per-try timeout, decide about a retry, back off, try again.
+type routerTransport struct{}
+
+func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ex := req.Context().Value(exchangeKey{}).(*exchange)
+	w, c, route := ex.w, ex.cluster, ex.route
+	policy := &route.cfg.Retry
+	var rs lb.RetryState
+	rs.Init(policy, lockedRandom{w})
+	maxSel := policy.HostSelectionRetryMaxAttempts
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if ex.body == nil {
+				return nil, errNotReplayable
+			}
+			req.Body = io.NopCloser(bytes.NewReader(ex.body))
+		}
+		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel}
+		h, hc := w.pick(c, &pc)
+		if h == nil {
+			ex.stats.inc(cUpstreamCxNoneHealthy)
+			ex.flags |= lb.FlagUH
+			ex.details = "no_healthy_upstream"
+			return nil, errNoHealthyUpstream
+		}
+		ex.tried = append(ex.tried, h.ID)
+		ex.host = h.Address
+		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
+		w.release(c, h)
+		hc.rqActive.Add(-1)
+		switch {
+		case err != nil:
+			hc.rqError.Add(1)
+			if isDeadline(err) {
+				hc.rqTimeout.Add(1)
+			}
+		case resp.StatusCode >= 500:
+			hc.rqError.Add(1)
+		default:
+			hc.rqSuccess.Add(1)
+		}
+		var decision lb.RetryDecision
+		var backoff time.Duration
+		if err == nil {
+			w.s.report(event{kind: evHTTPCode, cluster: c, addr: h.Address, code: resp.StatusCode})
+			ex.stats.countCode(resp.StatusCode)
+			decision, backoff = rs.OnResponse(resp.StatusCode, resp.Header.Get("X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
+			if decision != lb.RetryYes {
+				if decision == lb.RetryLimitExceeded {
+					ex.flags |= lb.FlagURX
+					ex.stats.inc(cUpstreamRqRetryLimitExceeded)
+				} else if decision == lb.RetryOverflow {
+					ex.flags |= lb.FlagUO
+					ex.stats.inc(cUpstreamRqRetryOverflow)
+				}
+				if attempt > 0 && decision == lb.RetryNo {
+					ex.stats.inc(cUpstreamRqRetrySuccess)
+				}
+				return resp, nil
+			}
+			// Retrying: drain and drop this response.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		} else {
+			reason, perTry := w.classify(req, ex, err, h)
+			if reason < 0 {
+				return nil, err // downstream gone or route timeout: no retry
+			}
+			if perTry {
+				decision, backoff = rs.OnPerTryTimeout(true, w.retryAllowed(c))
+			} else {
+				decision, backoff = rs.OnReset(lb.ResetReason(reason), true, w.retryAllowed(c))
+			}
+			if decision != lb.RetryYes {
+				if decision == lb.RetryLimitExceeded {
+					ex.flags |= lb.FlagURX
+					ex.stats.inc(cUpstreamRqRetryLimitExceeded)
+				} else if decision == lb.RetryOverflow {
+					ex.flags |= lb.FlagUO
+					ex.stats.inc(cUpstreamRqRetryOverflow)
+				}
+				return nil, err
+			}
+			ex.flags &^= lb.FlagUF | lb.FlagUC | lb.FlagUT | lb.FlagUR
+		}
+		ex.stats.inc(cUpstreamRqRetry)
+		c.retriesActive.Add(1)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			t.Stop()
+			c.retriesActive.Add(-1)
+			return nil, w.contextError(req, ex)
+		}
+		c.retriesActive.Add(-1)
+	}
+}
+
+var (
+	errNoHealthyUpstream = errors.New("no healthy upstream")
+	errNotReplayable     = errors.New("request body too large to retry")
+	errPerTryTimeout     = errors.New("per try timeout")
+)
+
+func (w *worker) retryAllowed(c *cluster) bool {
+	return c.cfg.CircuitBreakers.RetryAllowed(uint64(c.retriesActive.Load()), uint64(c.rqActive.Load()), uint64(c.rqPending.Load()))
+}
+
+// tryOnce sends one attempt to h.
+func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry time.Duration) (*http.Response, error) {
+	ctx := req.Context()
+	var cancel context.CancelFunc
+	if perTry > 0 {
+		ctx, cancel = context.WithTimeoutCause(ctx, perTry, errPerTryTimeout)
+	}
+	out := req.Clone(ctx)
+	out.URL.Host = h.Address
+	resp, err := w.transport(ex.cluster).RoundTrip(out)
+	if cancel != nil {
+		if err != nil {
+			cancel()
+		} else {
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+		}
+	}
+	return resp, err
+}
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// classify maps an attempt's error to an Envoy reset reason and response
+// flags; reason < 0 means the request must end now (client gone, route
+// timeout). perTry reports a per-try timeout.
+func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host) (reason int, perTry bool) {
+	c := ex.cluster
+	if ctxErr := req.Context().Err(); ctxErr != nil {
+		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		_ = w.contextError(req, ex)
+		return -1, false
+	}
+	var ce *connectError
+	switch {
+	case errors.As(err, &ce) && ce.overflow:
+		ex.flags |= lb.FlagUO
+		ex.details = "overflow"
+		return int(lb.ResetOverflow), false
+	case errors.As(err, &ce):
+		ex.flags |= lb.FlagUF
+		ex.failure = ce.Error()
+		ex.details = "upstream_reset_before_response_started{connection_failure}"
+		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginConnectFailed})
+		if ce.timeout {
+			return int(lb.ResetConnectTimeout), false
+		}
+		return int(lb.ResetConnectionFailure), false
+	case errors.Is(err, errPerTryTimeout) || errors.Is(context.Cause(req.Context()), errPerTryTimeout) || isDeadline(err):
+		ex.stats.inc(cUpstreamRqPerTryTimeout)
+		ex.flags |= lb.FlagUT
+		ex.details = "upstream_per_try_timeout"
+		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		return int(lb.ResetLocal), true
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) && se.Code == http2.ErrCodeRefusedStream {
+		ex.flags |= lb.FlagUR
+		ex.details = "upstream_reset_before_response_started{remote_refused_stream_reset}"
+		return int(lb.ResetRemoteRefusedStream), false
+	}
+	ex.flags |= lb.FlagUC
+	ex.failure = err.Error()
+	ex.details = "upstream_reset_before_response_started{connection_termination}"
+	ex.stats.inc(cUpstreamRqRxReset)
+	return int(lb.ResetConnectionTermination), false
+}
+
+func isDeadline(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// contextError records why the request context ended: the route timeout
+// (UT) or the downstream going away (DC).
+func (w *worker) contextError(req *http.Request, ex *exchange) error {
+	if errors.Is(context.Cause(req.Context()), errRouteTimeout) {
+		ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC) | lb.FlagUT
+		ex.details = "upstream_response_timeout"
+		ex.stats.inc(cUpstreamRqTimeout)
+		return errRouteTimeout
+	}
+	ex.flags |= lb.FlagDC
+	ex.details = "downstream_remote_disconnect"
+	return context.Canceled
+}
+
+func grpcStatusOf(resp *http.Response) int {
+	if v := resp.Header.Get("Grpc-Status"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return -1
+}
+
+// connectError is a failed upstream connect (UF), or a connect refused by
+// the max_connections circuit breaker (UO).
+type connectError struct {
+	addr     string
+	err      error
+	timeout  bool
+	overflow bool
+}
+
+func (e *connectError) Error() string {
+	switch {
+	case e.overflow:
+		return "overflow"
+	case e.timeout:
+		return "delayed connect error: timeout"
+	}
+	if errors.Is(e.err, syscall.ECONNREFUSED) {
+		return "delayed connect error: 111"
+	}
+	return e.err.Error()
+}
+
+func (e *connectError) Unwrap() error { return e.err }
+
+// dialer opens upstream connections for cluster c on worker w, enforcing
+// the connect timeout and max_connections, and counting them.
+func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, error) {
+	st := c.stats[w.id]
+	if n := c.cxActive.Add(1); !c.cfg.CircuitBreakers.ConnectionAllowed(uint64(n - 1)) {
+		c.cxActive.Add(-1)
+		st.inc(cUpstreamCxOverflow)
+		return nil, &connectError{addr: addr, overflow: true}
+	}
+	st.inc(cUpstreamCxTotal)
+	timeout := c.cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = config.DefaultConnectTimeout
+	}
+	d := net.Dialer{Timeout: timeout}
+	d.SetMultipathTCP(false)
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		c.cxActive.Add(-1)
+		st.inc(cUpstreamCxConnectFail)
+		ce := &connectError{addr: addr, err: err, timeout: isDeadline(err) && ctx.Err() == nil}
+		if ce.timeout {
+			st.inc(cUpstreamCxConnectTimeout)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, ce
+	}
+	st.gauge(gUpstreamCxActive, 1)
+	return &countedConn{Conn: conn, c: c, st: st}, nil
+}
+
+// countedConn keeps the connection gauges and byte counters.
+type countedConn struct {
+	net.Conn
+	c    *cluster
+	st   *clusterStats
+	once sync.Once
+}
+
+func (cc *countedConn) Read(p []byte) (int, error) {
+	n, err := cc.Conn.Read(p)
+	cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+	return n, err
+}
+
+func (cc *countedConn) Write(p []byte) (int, error) {
+	n, err := cc.Conn.Write(p)
+	cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+	return n, err
+}
+
+// ReadFrom and WriteTo keep splice(2) between sockets for the TCP proxy.
+func (cc *countedConn) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(cc.Conn, r)
+	cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+	return n, err
+}
+
+func (cc *countedConn) WriteTo(w io.Writer) (int64, error) {
+	n, err := io.Copy(w, cc.Conn)
+	cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+	return n, err
+}
+
+func (cc *countedConn) Close() error {
+	cc.once.Do(func() {
+		cc.c.cxActive.Add(-1)
+		cc.st.gauge(gUpstreamCxActive, -1)
+		cc.st.inc(cUpstreamCxDestroy)
+	})
+	return cc.Conn.Close()
+}
+
+// newUpstreamTransport is a worker's connection pool for one cluster:
+// HTTP/1.1 keep-alive with the cluster's idle timeout, or h2c.
+func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
+	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return w.dial(ctx, c, addr) }
+	if c.cfg.Protocol == config.UpstreamHTTP2 {
+		return &http2.Transport{
+			AllowHTTP: true,
+			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				return dial(ctx, network, addr)
+			},
+			IdleConnTimeout: idleTimeout(c),
+		}
+	}
+	return &http.Transport{
+		DialContext:            dial,
+		MaxIdleConns:           0,
+		MaxIdleConnsPerHost:    1024,
+		IdleConnTimeout:        idleTimeout(c),
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      false,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 60 << 10,
+	}
+}
+
+func idleTimeout(c *cluster) time.Duration {
+	if c.cfg.IdleTimeout > 0 {
+		return c.cfg.IdleTimeout
+	}
+	return config.DefaultUpstreamIdleTimeout
+}
+
+// lockedRandom draws from the worker's random source under its mutex, for
+// request goroutines (retry back-off jitter).
+type lockedRandom struct{ w *worker }
+
+func (r lockedRandom) Uint64() uint64 {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	return r.w.rnd.Uint64()
+}
+
+// requestID returns a random UUID v4 for x-request-id.
+func (w *worker) requestID() string {
+	w.mu.Lock()
+	a, b := w.rnd.Uint64(), w.rnd.Uint64()
+	w.mu.Unlock()
+	a = a&^(0xf<<12) | 4<<12   // version 4
+	b = b&^(0x3<<62) | 0x2<<62 // variant 10
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+}
+
+// logHTTP writes the access-log line and the request metrics.
+func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *exchange, start time.Time) {
+	d := time.Since(start)
+	code := sw.code
+	if ex.flags&lb.FlagDC != 0 && code == 0 {
+		code = 0
+	}
+	e := lb.AccessLogEntry{
+		StartTime: start, Method: req.Method, Path: req.URL.RequestURI(), Protocol: req.Proto,
+		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes, Duration: d,
+		UpstreamServiceTime: -1, ForwardedFor: req.Header.Get("X-Forwarded-For"), UserAgent: req.UserAgent(),
+		RequestID: req.Header.Get("X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
+	}
+	w.s.access.Load().write(&e, ex.details, ex.failure, ex.clusterName())
+	reporter := "source"
+	if ls := st.listeners[info.listener]; ls != nil && ls.cfg.Direction == config.Inbound {
+		reporter = "destination"
+	}
+	proto := "http"
+	if ex.grpc {
+		proto = "grpc"
+	}
+	k := requestKey{reporter: reporter, service: serviceName(req.Host, info.dst), cluster: ex.clusterName(), protocol: proto, code: code, flags: ex.flags}
+	w.requestStats(k).observe(d)
+}
+
+func (ex *exchange) clusterName() string {
+	if ex.cluster == nil {
+		return ""
+	}
+	return ex.cluster.name
+}
+
+func serviceName(host string, dst netip.AddrPort) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host != "" {
+		return host
+	}
+	if dst.IsValid() {
+		return dst.String()
+	}
+	return "unknown"
+}

@@ -1,0 +1,285 @@
+package dataplane
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+func TestWebSocketUpgradePassthrough(t *testing.T) {
+	ws := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want upgrade", 400)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo:" + line)
+		brw.Flush()
+	}))
+	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(ws, "a"))))
+	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: echo\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade response %v %v", resp, err)
+	}
+	fmt.Fprint(c, "hello\n")
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if line, _ := br.ReadString('\n'); line != "echo:hello\n" {
+		t.Errorf("over the upgraded connection: %q", line)
+	}
+	c.Close()
+	logs.waitLine(t, `"GET /ws HTTP/1.1" 101 - `)
+}
+
+func TestHopByHopHeadersAndRequestID(t *testing.T) {
+	got := make(chan http.Header, 2)
+	up := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Upstream", "1")
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(up, "a"))))
+	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/", nil)
+	req.Host = "echo"
+	req.Header.Set("Connection", "X-Secret")
+	req.Header.Set("X-Secret", "s")
+	req.Header.Set("Proxy-Connection", "keep-alive")
+	req.Header.Set("Keep-Alive", "timeout=1")
+	req.Header.Set("X-Kept", "k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	h := <-got
+	for _, hop := range []string{"X-Secret", "Proxy-Connection", "Keep-Alive"} {
+		if h.Get(hop) != "" {
+			t.Errorf("hop-by-hop header %s reached the upstream", hop)
+		}
+	}
+	if h.Get("X-Kept") != "k" {
+		t.Error("end-to-end header dropped")
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(h.Get("X-Request-Id")) {
+		t.Errorf("x-request-id %q is not a UUID v4", h.Get("X-Request-Id"))
+	}
+	if resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-Upstream") != "1" {
+		t.Errorf("response headers %v", resp.Header)
+	}
+	// A request id the client sends is kept.
+	req2, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/", nil)
+	req2.Host = "echo"
+	req2.Header.Set("X-Request-Id", "abc")
+	resp2, err := http.DefaultClient.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if id := (<-got).Get("X-Request-Id"); id != "abc" {
+		t.Errorf("x-request-id %q, want the client's", id)
+	}
+}
+
+// A server-first protocol (the upstream speaks first) works: the client
+// sends nothing, detection gives up after its timeout, or at once for a
+// listed server-first port.
+func TestServerFirstProtocol(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.11:0")
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "220 banner\r\n")
+			c.Close()
+		}
+	}()
+	for _, tc := range []struct {
+		name        string
+		serverFirst []uint16
+		detect      time.Duration
+	}{{"detection timeout", nil, 150 * time.Millisecond}, {"server_first_ports", []uint16{80}, time.Hour}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(noRetry, testCluster("echo", endpoint(l.Addr().String(), "a")))
+			cfg.Listeners[0].Routes[0].Hosts = nil
+			cfg.Listeners[0].ServerFirstPorts = tc.serverFirst
+			cfg.Listeners[0].DetectionTimeout = tc.detect
+			s, _ := startServer(t, cfg)
+			c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if line != "220 banner\r\n" {
+				t.Errorf("banner %q (%v)", line, err)
+			}
+		})
+	}
+}
+
+// The inbound listener takes the original destination from the accepted
+// socket's local address and reports as "destination".
+func TestInboundListener(t *testing.T) {
+	app := upstream(t, "127.0.0.1", named("app"))
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(app, "a")), testCluster("inbound|app", endpoint(app, "a")))
+	cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "inbound", Address: fmt.Sprintf("127.0.0.1:%d", port), Direction: config.Inbound,
+		Protocol: config.ProtocolAuto, Routes: []config.Route{{Name: "app", Destination: fmt.Sprintf(":%d", port), Cluster: "inbound|app"}}})
+	s, logs := startServer(t, cfg)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/in", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "app" {
+		t.Errorf("inbound got %q", b)
+	}
+	logs.waitLine(t, `"GET /in HTTP/1.1" 200 - `, "inbound|app")
+	found := false
+	for _, w := range s.workers {
+		w.mu.Lock()
+		for k := range w.requests {
+			found = found || (k.reporter == "destination" && k.cluster == "inbound|app")
+		}
+		w.mu.Unlock()
+	}
+	if !found {
+		t.Error("no request metric with reporter=destination")
+	}
+}
+
+func TestAccessLogJSONAndDrops(t *testing.T) {
+	up := upstream(t, "127.0.0.11", named("a"))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
+	cfg.AccessLog.Format = config.AccessLogJSON
+	s, logs := startServer(t, cfg)
+	get(t, http.DefaultClient, s, "/json")
+	line := logs.waitLine(t, `"/json"`)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("not JSON: %q: %v", line, err)
+	}
+	if m["response_code"] != float64(200) || m["response_flags"] != "-" || m["upstream_cluster"] != "echo" || m["method"] != "GET" {
+		t.Errorf("JSON line %v", m)
+	}
+
+	// A writer that blocks never stalls requests; overflowing lines are counted.
+	block := &blockingWriter{release: make(chan struct{})}
+	defer close(block.release)
+	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText}, block)
+	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
+	start := time.Now()
+	for range 2 * accessLogQueue {
+		al.write(&e, "", "", "c")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("writing to a blocked log took %v", d)
+	}
+	// The queue holds accessLogQueue lines; the writer goroutine took a
+	// few before blocking; the rest are dropped and counted.
+	if al.dropped.Load() < accessLogQueue/2 {
+		t.Errorf("dropped = %d, want at least %d", al.dropped.Load(), accessLogQueue/2)
+	}
+}
+
+type blockingWriter struct{ release chan struct{} }
+
+func (b *blockingWriter) Write(p []byte) (int, error) { <-b.release; return len(p), nil }
+
+// Drain: readiness fails, listeners close, in-flight requests finish.
+func TestDrainFinishesInFlight(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		w.Write([]byte("done"))
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(slow, "a"))))
+	url := proxyURL(s)
+	var wg sync.WaitGroup
+	var body string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, body, _ = get(t, http.DefaultClient, s, "/inflight")
+	}()
+	<-entered
+	go s.Drain()
+	time.Sleep(50 * time.Millisecond)
+	if r := adminGet(t, s, "/ready"); !strings.Contains(r, "DRAINING") {
+		t.Errorf("/ready while draining: %q", r)
+	}
+	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 200*time.Millisecond); err == nil {
+		t.Error("new connections still accepted while draining")
+	}
+	wg.Wait()
+	if body != "done" {
+		t.Errorf("in-flight request got %q", body)
+	}
+}
+
+// Pooled upstream connections close after the cluster's idle timeout, well
+// before the upstream's own keep-alive timeout.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	up := upstream(t, "127.0.0.11", named("a"))
+	cl := testCluster("echo", endpoint(up, "a"))
+	cl.IdleTimeout = 100 * time.Millisecond
+	s, _ := startServer(t, testConfig(noRetry, cl))
+	get(t, http.DefaultClient, s, "/")
+	if stat(t, s, "cluster.echo.upstream_cx_active") != 1 {
+		t.Fatalf("upstream_cx_active = %d after a request", stat(t, s, "cluster.echo.upstream_cx_active"))
+	}
+	waitFor(t, "the idle connection to close", func() bool { return stat(t, s, "cluster.echo.upstream_cx_active") == 0 })
+	if stat(t, s, "cluster.echo.upstream_cx_destroy") != 1 {
+		t.Errorf("upstream_cx_destroy = %d", stat(t, s, "cluster.echo.upstream_cx_destroy"))
+	}
+}
+
+func TestQuitQuitQuit(t *testing.T) {
+	up := upstream(t, "127.0.0.11", named("a"))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(up, "a"))))
+	if r := adminGet(t, s, "/quitquitquit"); !strings.Contains(r, "method not allowed") {
+		t.Errorf("GET /quitquitquit: %q", r)
+	}
+	resp, err := http.Post("http://"+s.AdminAddrs()["admin"]+"/quitquitquit", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not stop after /quitquitquit")
+	}
+}

@@ -1,0 +1,116 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func needBinary(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed (Debian package prometheus; .ci/run installs it): %v", name, err)
+	}
+	return p
+}
+
+func scrape(t *testing.T, s *Server) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.AdminAddrs()["prometheus"] + "/stats/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func promServer(t *testing.T) *Server {
+	t.Helper()
+	a := upstream(t, "127.0.0.11", named("a1"))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(a, "a")))
+	cfg.Prometheus = "127.0.0.1:0"
+	s, _ := startServer(t, cfg)
+	for range 3 {
+		get(t, http.DefaultClient, s, "/")
+	}
+	return s
+}
+
+// The exposition has Envoy's cluster stats and Istio's request metrics, and
+// promtool accepts it.
+func TestPrometheusExposition(t *testing.T) {
+	promtool := needBinary(t, "promtool")
+	s := promServer(t)
+	text := scrape(t, s)
+	for _, want := range []string{
+		`envoy_cluster_upstream_rq_total{envoy_cluster_name="echo"} 3`,
+		`envoy_cluster_upstream_rq_xx{envoy_cluster_name="echo",envoy_response_code_class="2"} 3`,
+		`envoy_cluster_upstream_cx_active{envoy_cluster_name="echo"}`,
+		`envoy_cluster_lb_zone_routing_all_directly{envoy_cluster_name="echo"} 0`,
+		`envoy_cluster_membership_healthy{envoy_cluster_name="echo"} 1`,
+		`istio_requests_total{destination_service="echo",destination_service_name="echo",reporter="source",request_protocol="http",response_code="200",response_flags="-",source_workload="client",upstream_cluster="echo"} 3`,
+		`istio_request_duration_seconds_bucket{`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("exposition lacks %s", want)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// A real Prometheus server scrapes :15090 and its query API returns the
+// request counter.
+func TestPrometheusServerScrapes(t *testing.T) {
+	bin := needBinary(t, "prometheus")
+	s := promServer(t)
+	dir := t.TempDir()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	web := l.Addr().String()
+	l.Close()
+	cfg := fmt.Sprintf("global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: sidecar\n    metrics_path: /stats/prometheus\n    static_configs: [{targets: [%q]}]\n", s.AdminAddrs()["prometheus"])
+	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+web)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + web + `/api/v1/query?query=istio_requests_total{response_code="200"}`)
+		if err == nil {
+			var r struct {
+				Data struct {
+					Result []struct {
+						Value [2]any `json:"value"`
+					} `json:"result"`
+				} `json:"data"`
+			}
+			json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if len(r.Data.Result) == 1 && r.Data.Result[0].Value[1] == "3" {
+				return
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("Prometheus never returned istio_requests_total = 3; its log:\n%s", out.String())
+}

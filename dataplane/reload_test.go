@@ -1,0 +1,90 @@
+package dataplane
+
+import (
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Reloading under load drops no request; an invalid config is refused with
+// the reason and the running one keeps serving.
+func TestReloadUnderLoad(t *testing.T) {
+	a := upstream(t, "127.0.0.11", named("a"))
+	b := upstream(t, "127.0.0.12", named("b"))
+	c := upstream(t, "127.0.0.13", named("c"))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(a, "a"), endpoint(b, "a")))
+	s, _ := startServer(t, cfg)
+
+	var ok, failed atomic.Int64
+	var seenC atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/", nil)
+				req.Host = "echo"
+				resp, err := client.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+					if resp != nil {
+						resp.Body.Close()
+					}
+					continue
+				}
+				var buf [8]byte
+				n, _ := resp.Body.Read(buf[:])
+				resp.Body.Close()
+				if string(buf[:n]) == "c" {
+					seenC.Store(true)
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	// A valid change: a third host and a new route timeout.
+	next := *cfg
+	next.Clusters = []config.Cluster{testCluster("echo", endpoint(a, "a"), endpoint(b, "a"), endpoint(c, "a"))}
+	next.Listeners = append(next.Listeners[:0:0], cfg.Listeners...)
+	next.Listeners[0].Routes = append(next.Listeners[0].Routes[:0:0], cfg.Listeners[0].Routes...)
+	next.Listeners[0].Routes[0].Timeout = 3 * time.Second
+	if err := s.Reload(&next); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	// An invalid one: a route to a cluster that does not exist.
+	bad := next
+	bad.Listeners = append(bad.Listeners[:0:0], next.Listeners...)
+	bad.Listeners[0].Routes = append(bad.Listeners[0].Routes[:0:0], next.Listeners[0].Routes...)
+	bad.Listeners[0].Routes[0].Cluster = "nope"
+	err := s.Reload(&bad)
+	if err == nil || !strings.Contains(err.Error(), `listeners[0].routes[0].cluster: no cluster "nope"`) {
+		t.Errorf("invalid reload: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d requests failed across reloads", failed.Load(), failed.Load()+ok.Load())
+	}
+	if !seenC.Load() {
+		t.Error("the host added by the reload never got traffic")
+	}
+	if got := s.Config().Listeners[0].Routes[0].Timeout; got != 3*time.Second {
+		t.Errorf("running route timeout %v, want the valid reload's 3s", got)
+	}
+	t.Logf("%d requests across two reloads, none failed", ok.Load())
+}

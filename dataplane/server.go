@@ -1,0 +1,614 @@
+package dataplane
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// OriginalDstFunc recovers the destination an outbound connection was
+// dialled to (the eBPF redirect keeps it); ok is false when unknown.
+type OriginalDstFunc func(c *net.TCPConn) (dst netip.AddrPort, ok bool)
+
+// Options are the Server's settings that do not come from the config file.
+type Options struct {
+	// Logger for the data plane's own logs (nil: slog.Default()).
+	Logger *slog.Logger
+	// OriginalDst, when set, answers the original destination of outbound
+	// connections; otherwise the listener's static original_destination is
+	// used.
+	OriginalDst OriginalDstFunc
+	// AccessLog, when set, receives access-log lines instead of the
+	// config's access_log.path.
+	AccessLog io.Writer
+	// Workers overrides the number of workers (0: one per usable CPU).
+	Workers int
+	// LogLevel, when set, is the level the admin /logging endpoint
+	// changes (the caller's logger should read it).
+	LogLevel *slog.LevelVar
+}
+
+// Server is a running data plane.
+type Server struct {
+	opts  Options
+	log   *slog.Logger
+	state atomic.Pointer[state]
+	// stats shards per cluster name, kept across reloads.
+	statsMu sync.Mutex
+	stats   map[string][]*clusterStats
+
+	workers  []*worker
+	events   chan event
+	dropped  atomic.Uint64 // events the main loop could not take
+	reloadCh chan reloadReq
+	access   atomic.Pointer[accessLogger]
+
+	listenMu  sync.Mutex
+	listeners map[string][]*net.TCPListener // address -> one per worker
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	draining atomic.Bool
+	conns    sync.WaitGroup
+	mainDone chan struct{}
+	started  time.Time
+	rnd      lb.Random // main loop only
+	admin    *adminServers
+}
+
+// state is everything a worker reads per connection or request: immutable,
+// swapped whole on reload.
+type state struct {
+	cfg       *config.Config
+	clusters  map[string]*cluster
+	listeners map[string]*listenerState // by address
+}
+
+type listenerState struct {
+	cfg         *config.Listener
+	staticDst   netip.AddrPort
+	serverFirst map[uint16]bool
+	routes      []*routeState
+}
+
+type routeState struct {
+	cfg     *config.Route
+	dst     netip.AddrPort
+	anyIP   bool
+	hasDst  bool
+	cluster *cluster
+}
+
+// cluster is one upstream cluster at run time. Its lb snapshot is
+// published atomically by the main loop; circuit-breaker counters are
+// cluster-wide atomics (Envoy's resource manager).
+type cluster struct {
+	name  string
+	cfg   *config.Cluster
+	snap  atomic.Pointer[lb.Snapshot]
+	stats []*clusterStats // per worker
+
+	rqActive, rqPending, retriesActive, cxActive atomic.Int64
+	// outlierStats is a copy the main loop publishes for scrapes.
+	outlierStats atomic.Pointer[lb.OutlierStats]
+
+	// Main loop only.
+	lbc     *lb.Cluster
+	outlier *lb.OutlierDetector
+	health  *healthChecker
+	stopped chan struct{}
+}
+
+// eventKind is what a worker or checker reports to the main loop.
+type eventKind uint8
+
+const (
+	evHTTPCode eventKind = iota
+	evLocalOrigin
+	evHealthResult
+	evOutlierTick
+)
+
+type event struct {
+	kind    eventKind
+	cluster *cluster
+	addr    string
+	code    int
+	local   lb.LocalOriginResult
+	hc      healthResult
+}
+
+type reloadReq struct {
+	cfg  *config.Config
+	done chan error
+}
+
+// New builds a Server from cfg; nothing listens until Start.
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{},
+		events: make(chan event, 8192), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
+		mainDone: make(chan struct{}), rnd: newRandom()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	n := opts.Workers
+	if n <= 0 {
+		n = Workers()
+	}
+	for i := range n {
+		s.workers = append(s.workers, newWorker(s, i))
+	}
+	st, err := s.buildState(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.state.Store(st)
+	return s, nil
+}
+
+// newRandom returns a PCG source seeded from the OS.
+func newRandom() lb.Random {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:]))
+}
+
+// Start opens the listeners, starts the workers, the main loop, health
+// checks and the admin servers.
+func (s *Server) Start(ctx context.Context) error {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.started = time.Now()
+	st := s.state.Load()
+	al, err := newAccessLogger(st.cfg.AccessLog, s.opts.AccessLog)
+	if err != nil {
+		return err
+	}
+	s.access.Store(al)
+	if err := s.openListeners(st); err != nil {
+		s.closeAllListeners()
+		return err
+	}
+	go s.mainLoop()
+	s.startClusterLoops(st, nil)
+	if err := s.startAdmin(st.cfg); err != nil {
+		s.cancel()
+		s.closeAllListeners()
+		return err
+	}
+	return nil
+}
+
+// openListeners makes sure every listener address of st has one
+// SO_REUSEPORT socket per worker, and closes those no longer configured.
+func (s *Server) openListeners(st *state) error {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	for addr := range st.listeners {
+		if _, ok := s.listeners[addr]; ok {
+			continue
+		}
+		var group []*net.TCPListener
+		bind := addr
+		for _, w := range s.workers {
+			l, err := listenReusePort(s.ctx, bind)
+			if err != nil {
+				for _, g := range group {
+					g.Close()
+				}
+				return err
+			}
+			group = append(group, l)
+			// Port 0: the first socket picks the port, the rest join it.
+			bind = l.Addr().String()
+			go w.acceptLoop(l, addr)
+		}
+		s.listeners[addr] = group
+	}
+	for addr, group := range s.listeners {
+		if _, ok := st.listeners[addr]; !ok {
+			for _, l := range group {
+				l.Close()
+			}
+			delete(s.listeners, addr)
+		}
+	}
+	return nil
+}
+
+func (s *Server) closeAllListeners() {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	for addr, group := range s.listeners {
+		for _, l := range group {
+			l.Close()
+		}
+		delete(s.listeners, addr)
+	}
+}
+
+// ListenerAddrs returns the bound address of each configured listener
+// (useful when the config asks for port 0).
+func (s *Server) ListenerAddrs() map[string]string {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	out := map[string]string{}
+	for addr, g := range s.listeners {
+		out[addr] = g[0].Addr().String()
+	}
+	return out
+}
+
+// Reload swaps in a new config. An invalid config is refused with the
+// reason and the running one stays; connections are not dropped.
+func (s *Server) Reload(cfg *config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	r := reloadReq{cfg: cfg, done: make(chan error, 1)}
+	select {
+	case s.reloadCh <- r:
+	case <-s.mainDone:
+		return errors.New("dataplane: reload: server stopped")
+	}
+	return <-r.done
+}
+
+// Config returns the running configuration.
+func (s *Server) Config() *config.Config { return s.state.Load().cfg }
+
+// buildState resolves cfg into run-time structures, reusing clusters of
+// old whose configuration did not change (they keep their health state,
+// pickers and connection pools).
+func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
+	st := &state{cfg: cfg, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{}}
+	var local []lb.Endpoint
+	if cfg.LocalCluster != "" {
+		local = cfg.ClusterByName(cfg.LocalCluster).Endpoints
+	}
+	for i := range cfg.Clusters {
+		cc := &cfg.Clusters[i]
+		if old != nil {
+			if oc := old.clusters[cc.Name]; oc != nil && reflect.DeepEqual(oc.cfg, cc) && sameLocal(old.cfg, cfg) {
+				st.clusters[cc.Name] = oc
+				continue
+			}
+		}
+		var prev *cluster
+		if old != nil {
+			prev = old.clusters[cc.Name]
+		}
+		c, err := s.newCluster(cc, cfg, local, prev)
+		if err != nil {
+			return nil, err
+		}
+		st.clusters[cc.Name] = c
+	}
+	for i := range cfg.Listeners {
+		lc := &cfg.Listeners[i]
+		ls := &listenerState{cfg: lc, serverFirst: map[uint16]bool{}}
+		if lc.OriginalDestination != "" {
+			ls.staticDst = netip.MustParseAddrPort(lc.OriginalDestination)
+		}
+		for _, p := range lc.ServerFirstPorts {
+			ls.serverFirst[p] = true
+		}
+		for j := range lc.Routes {
+			rc := &lc.Routes[j]
+			rs := &routeState{cfg: rc, cluster: st.clusters[rc.Cluster]}
+			if d := rc.Destination; d != "" {
+				rs.hasDst = true
+				if strings.HasPrefix(d, ":") {
+					rs.anyIP = true
+					d = "0.0.0.0" + d
+				}
+				rs.dst = netip.MustParseAddrPort(d)
+			}
+			ls.routes = append(ls.routes, rs)
+		}
+		st.listeners[lc.Address] = ls
+	}
+	return st, nil
+}
+
+func sameLocal(a, b *config.Config) bool {
+	if a.LocalCluster != b.LocalCluster || a.Node.Locality != b.Node.Locality {
+		return false
+	}
+	if a.LocalCluster == "" {
+		return true
+	}
+	return reflect.DeepEqual(a.ClusterByName(a.LocalCluster), b.ClusterByName(b.LocalCluster))
+}
+
+// newCluster builds a cluster's run-time state. When a reload replaces
+// prev, hosts that stay keep their active health-check verdict, so a
+// config change does not send a health-checked cluster back to "all hosts
+// failed until checked". (Outlier ejections start afresh with the new
+// detector.)
+func (s *Server) newCluster(cc *config.Cluster, cfg *config.Config, local []lb.Endpoint, prev *cluster) (*cluster, error) {
+	c := &cluster{name: cc.Name, cfg: cc, stopped: make(chan struct{})}
+	s.statsMu.Lock()
+	shards := s.stats[cc.Name]
+	if shards == nil {
+		for range s.workers {
+			shards = append(shards, &clusterStats{})
+		}
+		s.stats[cc.Name] = shards
+	}
+	s.statsMu.Unlock()
+	c.stats = shards
+	lbc, err := lb.NewCluster(cc.LB, lb.ClusterOptions{
+		Local: cfg.Node.Locality, OverprovisioningFactor: cc.OverprovisioningFactor,
+		WeightedPriorityHealth: cc.WeightedPriorityHealth, ActiveHealthChecked: len(cc.HealthChecks) > 0,
+		IgnoreNewHostsUntilFirstHC: cc.IgnoreNewHostsUntilFirstHC,
+	}, newRandom(), &shards[0].lb)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: cluster %q: %w", cc.Name, err)
+	}
+	if err := lbc.SetEndpoints(cc.Endpoints, cc.Priorities, time.Now().UnixNano()); err != nil {
+		return nil, fmt.Errorf("dataplane: cluster %q: %w", cc.Name, err)
+	}
+	if local != nil && cc.Name != cfg.LocalCluster {
+		lbc.SetLocalCluster(local)
+	}
+	if prev != nil && len(cc.HealthChecks) > 0 && len(prev.cfg.HealthChecks) > 0 {
+		const hcFlags = lb.FailedActiveHC | lb.PendingActiveHC | lb.DegradedActiveHC
+		for _, h := range lbc.Hosts() {
+			if ph := prev.lbc.Host(h.Address); ph != nil {
+				lbc.SetFlags(h.Address, hcFlags, false)
+				lbc.SetFlags(h.Address, ph.Flags&hcFlags, true)
+			}
+		}
+	}
+	snap, err := lbc.Snapshot(time.Now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: cluster %q: %w", cc.Name, err)
+	}
+	c.snap.Store(snap)
+	c.lbc = lbc
+	if cc.Outlier != nil {
+		c.outlier = lb.NewOutlierDetector(*cc.Outlier, newRandom())
+		for _, h := range lbc.Hosts() {
+			c.outlier.AddHost(h.ID)
+		}
+		os := c.outlier.Stats()
+		c.outlierStats.Store(&os)
+	}
+	return c, nil
+}
+
+// startClusterLoops starts outlier timers and health checkers of the
+// clusters of st that old did not have, and stops those of old's clusters
+// st dropped.
+func (s *Server) startClusterLoops(st, old *state) {
+	for _, c := range st.clusters {
+		if old != nil && old.clusters[c.name] == c {
+			continue
+		}
+		if c.outlier != nil {
+			go s.outlierTicker(c)
+		}
+		if len(c.cfg.HealthChecks) > 0 {
+			c.health = newHealthChecker(s, c)
+			c.health.start()
+		}
+	}
+	if old == nil {
+		return
+	}
+	for name, oc := range old.clusters {
+		if st.clusters[name] != oc {
+			close(oc.stopped)
+			for _, w := range s.workers {
+				w.dropCluster(oc)
+			}
+		}
+	}
+}
+
+func (s *Server) outlierTicker(c *cluster) {
+	t := time.NewTicker(c.cfg.Outlier.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.report(event{kind: evOutlierTick, cluster: c})
+		case <-c.stopped:
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// report hands an event to the main loop without ever blocking a worker.
+func (s *Server) report(ev event) {
+	select {
+	case s.events <- ev:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// mainLoop owns clusters' mutable state: it applies request results,
+// outlier ticks and health-check results, and republishes snapshots.
+func (s *Server) mainLoop() {
+	defer close(s.mainDone)
+	for {
+		select {
+		case ev := <-s.events:
+			s.handleEvent(ev)
+		case r := <-s.reloadCh:
+			r.done <- s.applyReload(r.cfg)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) applyReload(cfg *config.Config) error {
+	old := s.state.Load()
+	st, err := s.buildState(cfg, old)
+	if err != nil {
+		return err
+	}
+	if err := s.openListeners(st); err != nil {
+		// Roll the listener set back; the old state keeps running.
+		_ = s.openListeners(old)
+		return err
+	}
+	if !reflect.DeepEqual(old.cfg.AccessLog, cfg.AccessLog) && s.opts.AccessLog == nil {
+		al, err := newAccessLogger(cfg.AccessLog, nil)
+		if err != nil {
+			_ = s.openListeners(old)
+			return err
+		}
+		s.access.Swap(al).close()
+	}
+	s.state.Store(st)
+	s.startClusterLoops(st, old)
+	s.log.Info("config reloaded", "clusters", len(cfg.Clusters), "listeners", len(cfg.Listeners))
+	return nil
+}
+
+func (s *Server) handleEvent(ev event) {
+	c := ev.cluster
+	select {
+	case <-c.stopped:
+		return // the cluster was replaced by a reload
+	default:
+	}
+	now := time.Now()
+	changed := false
+	apply := func(evs []lb.OutlierEvent) {
+		for _, oe := range evs {
+			h := c.hostByID(oe.Host)
+			if h == nil {
+				continue
+			}
+			switch oe.Action {
+			case lb.Ejected:
+				changed = c.lbc.SetFlags(h.Address, lb.FailedOutlierCheck, true) || changed
+				s.log.Info("outlier ejected host", "cluster", c.name, "host", h.Address, "type", oe.Type.String(), "for", oe.Duration)
+			case lb.Unejected:
+				changed = c.lbc.SetFlags(h.Address, lb.FailedOutlierCheck, false) || changed
+				s.log.Info("outlier returned host", "cluster", c.name, "host", h.Address)
+			}
+		}
+	}
+	switch ev.kind {
+	case evHTTPCode, evLocalOrigin:
+		if c.outlier == nil {
+			return
+		}
+		h := c.lbc.Host(ev.addr)
+		if h == nil {
+			return
+		}
+		if ev.kind == evHTTPCode {
+			apply(c.outlier.PutHTTPResponseCode(h.ID, ev.code, now))
+		} else {
+			apply(c.outlier.PutLocalOriginResult(h.ID, ev.local, now))
+		}
+	case evOutlierTick:
+		if c.outlier != nil {
+			apply(c.outlier.Tick(now))
+		}
+	case evHealthResult:
+		changed = c.health.apply(ev.addr, ev.hc, now, apply)
+	}
+	if c.outlier != nil {
+		os := c.outlier.Stats()
+		c.outlierStats.Store(&os)
+	}
+	if changed {
+		s.publish(c)
+	}
+}
+
+// publish rebuilds and publishes c's snapshot; a failed rebuild keeps the
+// previous one (and is logged).
+func (s *Server) publish(c *cluster) {
+	snap, err := c.lbc.Snapshot(time.Now().UnixNano())
+	if err != nil {
+		s.log.Error("snapshot rebuild failed; keeping the previous one", "cluster", c.name, "err", err)
+		return
+	}
+	c.snap.Store(snap)
+}
+
+func (c *cluster) hostByID(id lb.HostID) *lb.Host {
+	for _, h := range c.lbc.Hosts() {
+		if h.ID == id {
+			return h
+		}
+	}
+	return nil
+}
+
+// Drain stops accepting, lets in-flight work finish for up to the
+// configured drain timeout, and closes idle upstream connections.
+func (s *Server) Drain() {
+	if !s.draining.CompareAndSwap(false, true) {
+		return
+	}
+	s.log.Info("draining")
+	s.closeAllListeners()
+	for _, w := range s.workers {
+		w.drain()
+	}
+	timeout := s.state.Load().cfg.DrainTimeout
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		s.log.Warn("drain timeout: closing remaining connections", "timeout", timeout)
+	}
+}
+
+// Shutdown drains, then stops everything.
+func (s *Server) Shutdown() {
+	s.Drain()
+	s.stopAdmin()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	for _, w := range s.workers {
+		w.close()
+	}
+	s.access.Load().close()
+}
+
+// Done is closed when the server has stopped (after Shutdown or
+// /quitquitquit).
+func (s *Server) Done() <-chan struct{} { return s.mainDone }
+
+// clusterNames returns the running clusters' names, sorted.
+func (st *state) clusterNames() []string {
+	names := make([]string, 0, len(st.clusters))
+	for n := range st.clusters {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,117 @@
+package dataplane
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// clusterCounter indexes the per-worker counters of one cluster. Names are
+// Envoy's cluster statistics (cluster.<name>.<stat>).
+type clusterCounter int
+
+const (
+	cUpstreamRqTotal clusterCounter = iota
+	cUpstreamRqCompleted
+	cUpstreamRq1xx
+	cUpstreamRq2xx
+	cUpstreamRq3xx
+	cUpstreamRq4xx
+	cUpstreamRq5xx
+	cUpstreamRqTimeout
+	cUpstreamRqPerTryTimeout
+	cUpstreamRqRetry
+	cUpstreamRqRetrySuccess
+	cUpstreamRqRetryOverflow
+	cUpstreamRqRetryLimitExceeded
+	cUpstreamRqPendingOverflow
+	cUpstreamRqRxReset
+	cUpstreamRqTxReset
+	cUpstreamCxTotal
+	cUpstreamCxConnectFail
+	cUpstreamCxConnectTimeout
+	cUpstreamCxOverflow
+	cUpstreamCxDestroy
+	cUpstreamCxNoneHealthy
+	cUpstreamCxRxBytesTotal
+	cUpstreamCxTxBytesTotal
+	cUpstreamCxIdleTimeout
+	numClusterCounters
+)
+
+var clusterCounterNames = [numClusterCounters]string{
+	"upstream_rq_total", "upstream_rq_completed",
+	"upstream_rq_1xx", "upstream_rq_2xx", "upstream_rq_3xx", "upstream_rq_4xx", "upstream_rq_5xx",
+	"upstream_rq_timeout", "upstream_rq_per_try_timeout", "upstream_rq_retry", "upstream_rq_retry_success",
+	"upstream_rq_retry_overflow", "upstream_rq_retry_limit_exceeded", "upstream_rq_pending_overflow",
+	"upstream_rq_rx_reset", "upstream_rq_tx_reset",
+	"upstream_cx_total", "upstream_cx_connect_fail", "upstream_cx_connect_timeout", "upstream_cx_overflow",
+	"upstream_cx_destroy", "upstream_cx_none_healthy", "upstream_cx_rx_bytes_total", "upstream_cx_tx_bytes_total",
+	"upstream_cx_idle_timeout",
+}
+
+// clusterGauge indexes per-worker gauges (each worker adds and subtracts;
+// the sum is the cluster's value).
+type clusterGauge int
+
+const (
+	gUpstreamRqActive clusterGauge = iota
+	gUpstreamRqPendingActive
+	gUpstreamCxActive
+	numClusterGauges
+)
+
+var clusterGaugeNames = [numClusterGauges]string{"upstream_rq_active", "upstream_rq_pending_active", "upstream_cx_active"}
+
+// clusterStats is one worker's shard of one cluster's statistics. Only its
+// worker writes it (atomically, so scrapes can read it).
+type clusterStats struct {
+	counters [numClusterCounters]atomic.Uint64
+	gauges   [numClusterGauges]atomic.Int64
+	// lb holds this worker's lb_* counters (the Picker adds to it).
+	lb lb.Stats
+}
+
+func (s *clusterStats) inc(c clusterCounter)           { s.counters[c].Add(1) }
+func (s *clusterStats) add(c clusterCounter, n uint64) { s.counters[c].Add(n) }
+func (s *clusterStats) gauge(g clusterGauge, d int64)  { s.gauges[g].Add(d) }
+func (s *clusterStats) countCode(code int) {
+	s.inc(cUpstreamRq1xx + clusterCounter(min(max(code/100, 1), 5)-1))
+}
+func (s *clusterStats) get(c clusterCounter) uint64   { return s.counters[c].Load() }
+func (s *clusterStats) getGauge(g clusterGauge) int64 { return s.gauges[g].Load() }
+
+// durationBucketsMs are Istio's request-duration histogram buckets.
+var durationBucketsMs = [...]float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
+
+// requestKey is the label set of Istio's request metrics.
+type requestKey struct {
+	reporter   string // "source" (outbound) or "destination" (inbound)
+	service    string // destination service: the route's host or destination
+	cluster    string
+	protocol   string // "http", "grpc" or "tcp"
+	code       int
+	flags      lb.ResponseFlags
+	grpcStatus string
+}
+
+// requestStats is one worker's istio_requests_total and
+// istio_request_duration_milliseconds for one label set.
+type requestStats struct {
+	count   atomic.Uint64
+	buckets [len(durationBucketsMs)]atomic.Uint64 // non-cumulative
+	sumUs   atomic.Uint64
+}
+
+func (r *requestStats) observe(d time.Duration) {
+	r.count.Add(1)
+	r.sumUs.Add(uint64(d.Microseconds()))
+	ms := float64(d) / float64(time.Millisecond)
+	for i, b := range durationBucketsMs {
+		if ms <= b {
+			r.buckets[i].Add(1)
+			return
+		}
+	}
+}

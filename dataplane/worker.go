@@ -1,0 +1,394 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// worker owns one SO_REUSEPORT socket of every listener and everything a
+// connection accepted there touches: load-balancer pickers, upstream
+// connection pools and stats shards. Its mutex is never taken by another
+// worker; it only orders this worker's own connection goroutines.
+type worker struct {
+	s  *Server
+	id int
+
+	mu         sync.Mutex
+	rnd        lb.Random
+	pickers    map[*cluster]*lb.Picker
+	hosts      map[*cluster]map[string]*hostCounters
+	transports map[*cluster]http.RoundTripper
+	requests   map[requestKey]*requestStats
+
+	httpConns *chanListener
+	httpSrv   *http.Server
+	h2        *http2.Server
+}
+
+func newWorker(s *Server, id int) *worker {
+	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
+		transports: map[*cluster]http.RoundTripper{}, requests: map[requestKey]*requestStats{}}
+	w.httpConns = newChanListener()
+	w.httpSrv = &http.Server{
+		Handler:           http.HandlerFunc(w.serveHTTP),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(*sniffedConn); ok {
+				return context.WithValue(ctx, connInfoKey{}, sc.info)
+			}
+			return ctx
+		},
+		ErrorLog: nil,
+	}
+	w.h2 = &http2.Server{}
+	go func() { _ = w.httpSrv.Serve(w.httpConns) }()
+	return w
+}
+
+// connInfo is what a connection carries into its requests.
+type connInfo struct {
+	listener string // listener address (state key)
+	dst      netip.AddrPort
+	src      string
+	start    time.Time
+}
+
+type connInfoKey struct{}
+
+func (w *worker) acceptLoop(l *net.TCPListener, addr string) {
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			time.Sleep(5 * time.Millisecond) // EMFILE and friends: back off
+			continue
+		}
+		w.s.conns.Add(1)
+		go func() {
+			defer w.s.conns.Done()
+			w.serveConn(c, addr)
+		}()
+	}
+}
+
+// serveConn finds the connection's original destination, detects its
+// protocol and hands it to the TCP or HTTP proxy.
+func (w *worker) serveConn(c *net.TCPConn, addr string) {
+	st := w.s.state.Load()
+	ls := st.listeners[addr]
+	if ls == nil {
+		c.Close()
+		return
+	}
+	info := connInfo{listener: addr, src: c.RemoteAddr().String(), start: time.Now()}
+	switch {
+	case ls.cfg.Direction == config.Inbound:
+		info.dst = netip.MustParseAddrPort(c.LocalAddr().String())
+	case w.s.opts.OriginalDst != nil:
+		if d, ok := w.s.opts.OriginalDst(c); ok {
+			info.dst = d
+		}
+	}
+	if !info.dst.IsValid() {
+		info.dst = ls.staticDst
+	}
+	proto := ls.cfg.Protocol
+	if ls.serverFirst[info.dst.Port()] {
+		proto = config.ProtocolTCP
+	}
+	if proto == config.ProtocolTCP {
+		w.proxyTCP(c, st, ls, info, nil)
+		return
+	}
+	br := bufio.NewReaderSize(c, 4096)
+	kind := detect(c, br, ls.cfg.DetectionTimeout)
+	sc := &sniffedConn{TCPConn: c, r: br, info: info}
+	switch {
+	case kind == kindHTTP2:
+		w.h2.ServeConn(sc, &http2.ServeConnOpts{
+			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
+			Handler:    http.HandlerFunc(w.serveHTTP),
+			BaseConfig: w.httpSrv,
+		})
+		c.Close()
+	case kind == kindHTTP1:
+		if !w.httpConns.push(sc) {
+			c.Close()
+		}
+	case proto == config.ProtocolHTTP:
+		// An HTTP-only listener got something else: let the HTTP server
+		// answer 400 (it logs nothing; Envoy's DPE).
+		if !w.httpConns.push(sc) {
+			c.Close()
+		}
+	default:
+		w.proxyTCP(c, st, ls, info, br)
+	}
+}
+
+type protoKind uint8
+
+const (
+	kindTCP protoKind = iota
+	kindHTTP1
+	kindHTTP2
+	kindTLS
+)
+
+var (
+	h2Preface   = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
+)
+
+// detect sniffs the first bytes: HTTP/2 prior knowledge, an HTTP/1.x
+// method, a TLS ClientHello, or else opaque TCP. A client that sends
+// nothing within timeout (a server-first protocol) is TCP.
+func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) protoKind {
+	if timeout <= 0 {
+		timeout = config.DefaultDetectionTimeout
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	for n := 1; n <= len(h2Preface); n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return classify(b, true)
+		}
+		if k, done := classifyPrefix(b); done {
+			return k
+		}
+	}
+	return kindTCP
+}
+
+// classifyPrefix decides as soon as the prefix allows.
+func classifyPrefix(b []byte) (protoKind, bool) {
+	if len(b) >= 2 && b[0] == 0x16 && b[1] == 0x03 {
+		return kindTLS, true
+	}
+	if bytes.HasPrefix(h2Preface, b) {
+		return kindHTTP2, len(b) == len(h2Preface)
+	}
+	possible := false
+	for _, m := range httpMethods {
+		if strings.HasPrefix(m, string(b)) {
+			possible = true
+		}
+		if strings.HasPrefix(string(b), m) {
+			return kindHTTP1, true
+		}
+	}
+	if !possible {
+		return kindTCP, true
+	}
+	return kindTCP, false
+}
+
+// classify decides on what arrived before a timeout or EOF.
+func classify(b []byte, _ bool) protoKind {
+	if k, done := classifyPrefix(b); done {
+		return k
+	}
+	return kindTCP
+}
+
+// sniffedConn replays the sniffed bytes before reading the socket.
+type sniffedConn struct {
+	*net.TCPConn
+	r    *bufio.Reader
+	info connInfo
+}
+
+func (c *sniffedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// chanListener feeds detected HTTP/1 connections to a worker's http.Server.
+type chanListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener() *chanListener {
+	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) push(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// matchRoute finds the route for a destination and (for HTTP) host.
+func (ls *listenerState) matchRoute(dst netip.AddrPort, host string, http bool) *routeState {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	for _, r := range ls.routes {
+		if r.hasDst && (r.dst.Port() != dst.Port() || (!r.anyIP && r.dst.Addr() != dst.Addr())) {
+			continue
+		}
+		if len(r.cfg.Hosts) > 0 && (!http || !hostMatches(r.cfg.Hosts, host)) {
+			continue
+		}
+		return r
+	}
+	return nil
+}
+
+func hostMatches(patterns []string, host string) bool {
+	for _, p := range patterns {
+		p = strings.ToLower(p)
+		if p == host || p == "*" || (strings.HasPrefix(p, "*.") && strings.HasSuffix(host, p[1:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses an upstream host of c for this worker (nil when none) and
+// returns the host's counters on this worker.
+func (w *worker) pick(c *cluster, ctx *lb.PickContext) (*lb.Host, *hostCounters) {
+	snap := c.snap.Load()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pickers[c]
+	if p == nil {
+		p = lb.NewPicker(w.rnd, &c.stats[w.id].lb)
+		w.pickers[c] = p
+	}
+	h := p.Pick(snap, ctx)
+	if h == nil {
+		return nil, nil
+	}
+	p.RequestStarted(h)
+	hs := w.hosts[c]
+	if hs == nil {
+		hs = map[string]*hostCounters{}
+		w.hosts[c] = hs
+	}
+	hc := hs[h.Address]
+	if hc == nil {
+		hc = &hostCounters{}
+		hs[h.Address] = hc
+	}
+	hc.rqTotal.Add(1)
+	hc.rqActive.Add(1)
+	return h, hc
+}
+
+// hostCounters are one worker's per-host counters (Envoy's host stats).
+type hostCounters struct {
+	rqTotal, rqError, rqSuccess, rqTimeout, cxConnectFail atomic.Uint64
+	rqActive                                              atomic.Int64
+}
+
+// release ends the request counted on h by pick.
+func (w *worker) release(c *cluster, h *lb.Host) {
+	w.mu.Lock()
+	if p := w.pickers[c]; p != nil {
+		p.RequestFinished(h)
+	}
+	w.mu.Unlock()
+}
+
+// transport returns this worker's upstream connection pool for c.
+func (w *worker) transport(c *cluster) http.RoundTripper {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.transports[c]
+	if t == nil {
+		t = newUpstreamTransport(w, c)
+		w.transports[c] = t
+	}
+	return t
+}
+
+func (w *worker) requestStats(k requestKey) *requestStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.requests[k]
+	if r == nil {
+		r = &requestStats{}
+		w.requests[k] = r
+	}
+	return r
+}
+
+// dropCluster forgets a cluster a reload replaced and closes its idle
+// upstream connections.
+func (w *worker) dropCluster(c *cluster) {
+	w.mu.Lock()
+	t := w.transports[c]
+	delete(w.transports, c)
+	delete(w.pickers, c)
+	delete(w.hosts, c)
+	w.mu.Unlock()
+	closeIdle(t)
+}
+
+func closeIdle(t http.RoundTripper) {
+	if ci, ok := t.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+// drain stops taking new HTTP connections' requests on keep-alive and
+// closes idle upstream connections.
+func (w *worker) drain() {
+	w.httpSrv.SetKeepAlivesEnabled(false)
+	w.mu.Lock()
+	ts := make([]http.RoundTripper, 0, len(w.transports))
+	for _, t := range w.transports {
+		ts = append(ts, t)
+	}
+	w.mu.Unlock()
+	for _, t := range ts {
+		closeIdle(t)
+	}
+}
+
+func (w *worker) close() {
+	w.httpConns.Close()
+	_ = w.httpSrv.Close()
+}

@@ -1,0 +1,149 @@
+package discovery
+
+import (
+	"encoding/json"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+)
+
+var (
+	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
+		"detection_timeout", "server_first_ports", "routes"}
+	routeKeys = []string{"name", "match", "cluster", "timeout", "retry_policy"}
+	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
+	httpOnlyRouteKeys = []string{"timeout", "retry_policy"}
+)
+
+// decodeListeners reads the listeners list of the static file.
+func decodeListeners(top *object) ([]config.Listener, error) {
+	list, err := top.list("listeners")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]config.Listener, 0, len(list))
+	for i, raw := range list {
+		l, err := decodeListener(path("listeners").index(i), raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// decodeListener reads one listener: defaults outbound, protocol auto,
+// config.DefaultDetectionTimeout, and the address as name.
+func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
+	l := config.Listener{Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout}
+	o, err := decodeObject(p, raw, listenerKeys...)
+	if err != nil {
+		return l, err
+	}
+	var direction, protocol string
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"name", &l.Name}, {"address", &l.Address}, {"direction", &direction},
+		{"original_destination", &l.OriginalDestination}, {"protocol", &protocol}} {
+		if err := o.get(f.key, f.dst); err != nil {
+			return l, err
+		}
+	}
+	if l.Address == "" {
+		return l, p.field("address").errorf("required")
+	}
+	if l.Name == "" {
+		l.Name = l.Address
+	}
+	if o.has("direction") {
+		l.Direction = config.Direction(direction)
+	}
+	if o.has("protocol") {
+		l.Protocol = config.Protocol(protocol)
+	}
+	if l.DetectionTimeout, err = nonNegative(o, "detection_timeout", l.DetectionTimeout); err != nil {
+		return l, err
+	}
+	if err := o.get("server_first_ports", &l.ServerFirstPorts); err != nil {
+		return l, err
+	}
+	for i, port := range l.ServerFirstPorts {
+		if port == 0 {
+			return l, p.field("server_first_ports").index(i).errorf("0 is not a port")
+		}
+	}
+	routes, err := o.list("routes")
+	if err != nil {
+		return l, err
+	}
+	for i, raw := range routes {
+		r, err := decodeRoute(p.field("routes").index(i), raw, l.Protocol)
+		if err != nil {
+			return l, err
+		}
+		l.Routes = append(l.Routes, r)
+	}
+	return l, nil
+}
+
+// decodeRoute reads one route: timeout config.DefaultRouteTimeout unless
+// set ("0s" disables it), retry_policy an Envoy v3 RetryPolicy or
+// DefaultRetryPolicy.
+func decodeRoute(p path, raw json.RawMessage, protocol config.Protocol) (config.Route, error) {
+	r := config.Route{Timeout: config.DefaultRouteTimeout}
+	o, err := decodeObject(p, raw, routeKeys...)
+	if err != nil {
+		return r, err
+	}
+	if err := o.get("name", &r.Name); err != nil {
+		return r, err
+	}
+	if err := o.get("cluster", &r.Cluster); err != nil {
+		return r, err
+	}
+	if r.Cluster == "" {
+		return r, p.field("cluster").errorf("required")
+	}
+	m, err := decodeObject(p.field("match"), o.raw("match"), "destination", "hosts")
+	if err != nil {
+		return r, err
+	}
+	if err := m.get("destination", &r.Destination); err != nil {
+		return r, err
+	}
+	if err := m.get("hosts", &r.Hosts); err != nil {
+		return r, err
+	}
+	for i, h := range r.Hosts {
+		if h == "" {
+			return r, m.p.field("hosts").index(i).errorf("empty host name")
+		}
+	}
+	if protocol == config.ProtocolTCP {
+		if len(r.Hosts) > 0 {
+			return r, m.p.field("hosts").errorf("a tcp listener cannot match HTTP hosts")
+		}
+		for _, k := range httpOnlyRouteKeys {
+			if o.has(k) {
+				return r, p.field(k).errorf("HTTP only, but the listener's protocol is tcp")
+			}
+		}
+	}
+	if r.Timeout, err = nonNegative(o, "timeout", r.Timeout); err != nil {
+		return r, err
+	}
+	r.Retry = DefaultRetryPolicy()
+	if o.has("retry_policy") {
+		rp := p.field("retry_policy")
+		var policy routev3.RetryPolicy
+		if err := unmarshalProto(rp, o.raw("retry_policy"), &policy); err != nil {
+			return r, err
+		}
+		if r.Retry, err = translateRetryPolicy(rp, &policy); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
