@@ -15,24 +15,29 @@ import (
 )
 
 // accessLogger renders lines on the request goroutine and writes them from
-// its own goroutine, so a slow stdout never stalls traffic; lines that do
-// not fit the queue are dropped and counted.
+// other goroutines, so a slow stdout never stalls traffic; lines that do not
+// fit a queue are dropped and counted. Each worker has its own queue (so
+// logging takes no lock shared between workers); one goroutine per queue
+// writes into the shared, mutex-guarded buffer, off the request path.
 type accessLogger struct {
 	format  config.AccessLogFormat
-	lines   chan []byte
+	queues  []chan []byte
 	dropped atomic.Uint64
 	written atomic.Uint64
 	off     bool
 	closer  io.Closer
-	stop    chan struct{} // never closes lines: late writers must not panic
-	done    chan struct{}
+	mu      sync.Mutex // guards bw, between the drain goroutines
+	bw      *bufio.Writer
+	stop    chan struct{} // queues are never closed: late writers must not panic
+	done    sync.WaitGroup
 	once    sync.Once
 }
 
+// accessLogQueue is the capacity of each worker's queue.
 const accessLogQueue = 16384
 
-func newAccessLogger(cfg config.AccessLog, override io.Writer) (*accessLogger, error) {
-	a := &accessLogger{format: cfg.Format, lines: make(chan []byte, accessLogQueue), stop: make(chan struct{}), done: make(chan struct{})}
+func newAccessLogger(cfg config.AccessLog, override io.Writer, workers int) (*accessLogger, error) {
+	a := &accessLogger{format: cfg.Format, stop: make(chan struct{})}
 	if a.format == "" {
 		a.format = config.AccessLogText
 	}
@@ -42,7 +47,6 @@ func newAccessLogger(cfg config.AccessLog, override io.Writer) (*accessLogger, e
 		w = override
 	case cfg.Path == "off":
 		a.off = true
-		close(a.done)
 		return a, nil
 	case cfg.Path == "" || cfg.Path == "-":
 		w = os.Stdout
@@ -53,40 +57,46 @@ func newAccessLogger(cfg config.AccessLog, override io.Writer) (*accessLogger, e
 		}
 		w, a.closer = f, f
 	}
-	go a.run(w)
+	a.bw = bufio.NewWriterSize(w, 64<<10)
+	for range max(workers, 1) {
+		q := make(chan []byte, accessLogQueue)
+		a.queues = append(a.queues, q)
+		a.done.Add(1)
+		go a.drain(q)
+	}
 	return a, nil
 }
 
-func (a *accessLogger) run(w io.Writer) {
-	defer close(a.done)
-	bw := bufio.NewWriterSize(w, 64<<10)
+func (a *accessLogger) drain(q chan []byte) {
+	defer a.done.Done()
 	put := func(line []byte) {
-		_, _ = bw.Write(line)
-		a.written.Add(1)
-		if len(a.lines) == 0 {
-			_ = bw.Flush()
+		a.mu.Lock()
+		_, _ = a.bw.Write(line)
+		if len(q) == 0 {
+			_ = a.bw.Flush()
 		}
+		a.mu.Unlock()
+		a.written.Add(1)
 	}
 	for {
 		select {
-		case line := <-a.lines:
+		case line := <-q:
 			put(line)
 			continue
 		case <-a.stop:
 		}
 		break
 	}
-	for len(a.lines) > 0 {
-		put(<-a.lines)
+	for len(q) > 0 {
+		put(<-q)
 	}
-	_ = bw.Flush()
-	if a.closer != nil {
-		_ = a.closer.Close()
-	}
+	a.mu.Lock()
+	_ = a.bw.Flush()
+	a.mu.Unlock()
 }
 
-// write renders e and queues it.
-func (a *accessLogger) write(e *lb.AccessLogEntry, details, failure, cluster string) {
+// write renders e and queues it on worker's queue.
+func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, details, failure, cluster string) {
 	if a == nil || a.off {
 		return
 	}
@@ -105,7 +115,7 @@ func (a *accessLogger) write(e *lb.AccessLogEntry, details, failure, cluster str
 		line = append(line, '\n')
 	}
 	select {
-	case a.lines <- line:
+	case a.queues[worker%len(a.queues)] <- line:
 	default:
 		a.dropped.Add(1)
 	}
@@ -143,8 +153,13 @@ func (a *accessLogger) close() {
 		return
 	}
 	a.once.Do(func() { close(a.stop) })
+	done := make(chan struct{})
+	go func() { a.done.Wait(); close(done) }()
 	select {
-	case <-a.done:
+	case <-done:
+		if a.closer != nil {
+			_ = a.closer.Close()
+		}
 	case <-time.After(time.Second):
 	}
 }

@@ -138,11 +138,17 @@ func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
 
 // proxyURL is the outbound listener's URL.
 func proxyURL(s *Server) string {
+	if u, ok := proxyURLs.Load(s); ok {
+		return u.(string)
+	}
 	for _, a := range s.ListenerAddrs() {
+		proxyURLs.Store(s, "http://"+a)
 		return "http://" + a
 	}
 	return ""
 }
+
+var proxyURLs sync.Map
 
 // get sends one request through the proxy with Host echo.
 func get(t *testing.T, client *http.Client, s *Server, path string) (int, string, http.Header) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -183,7 +182,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		ModifyResponse: keepTrailersOnly,
 		ErrorHandler:   w.proxyError,
 		ErrorLog:       nil,
-		BufferPool:     bufferPool,
+		BufferPool:     w.bufs,
 	}
 	if ex.grpc || req.ProtoMajor == 2 {
 		proxy.FlushInterval = -1
@@ -283,18 +282,28 @@ func grpcStatusFor(code int) string {
 	return "2" // UNKNOWN
 }
 
-var bufferPool = &syncBufferPool{}
+// bufferPool is a worker's pool of copy buffers for the reverse proxy: a
+// per-worker free list, so copying bodies takes no lock another worker
+// takes (a global sync.Pool would).
+type bufferPool struct{ free chan []byte }
 
-type syncBufferPool struct{ p sync.Pool }
+func newBufferPool() *bufferPool { return &bufferPool{free: make(chan []byte, 256)} }
 
-func (b *syncBufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+func (b *bufferPool) Get() []byte {
+	select {
+	case buf := <-b.free:
+		return buf
+	default:
+		return make([]byte, 32<<10)
 	}
-	return make([]byte, 32<<10)
 }
 
-func (b *syncBufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	select {
+	case b.free <- buf:
+	default:
+	}
+}
 
 // routerTransport is Envoy's router for one request: pick a host, try it
 // with the per-try timeout, decide about a retry, back off, try again.
@@ -341,7 +350,7 @@ func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var decision lb.RetryDecision
 		var backoff time.Duration
 		if err == nil {
-			w.s.report(event{kind: evHTTPCode, cluster: c, addr: h.Address, code: resp.StatusCode})
+			w.report(event{kind: evHTTPCode, cluster: c, addr: h.Address, code: resp.StatusCode})
 			ex.stats.countCode(resp.StatusCode)
 			decision, backoff = rs.OnResponse(resp.StatusCode, resp.Header.Get("X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != lb.RetryYes {
@@ -443,7 +452,7 @@ func (b *cancelBody) Close() error {
 func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host) (reason int, perTry bool) {
 	c := ex.cluster
 	if ctxErr := req.Context().Err(); ctxErr != nil {
-		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
 		_ = w.contextError(req, ex)
 		return -1, false
 	}
@@ -457,7 +466,7 @@ func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host
 		ex.flags |= lb.FlagUF
 		ex.failure = ce.Error()
 		ex.details = "upstream_reset_before_response_started{connection_failure}"
-		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginConnectFailed})
+		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginConnectFailed})
 		if ce.timeout {
 			return int(lb.ResetConnectTimeout), false
 		}
@@ -466,7 +475,7 @@ func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host
 		ex.stats.inc(cUpstreamRqPerTryTimeout)
 		ex.flags |= lb.FlagUT
 		ex.details = "upstream_per_try_timeout"
-		w.s.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
 		return int(lb.ResetLocal), true
 	}
 	var se http2.StreamError
@@ -658,7 +667,21 @@ func (w *worker) requestID() string {
 	w.mu.Unlock()
 	a = a&^(0xf<<12) | 4<<12   // version 4
 	b = b&^(0x3<<62) | 0x2<<62 // variant 10
-	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+	// Hand-formatted: fmt's printer pool is a lock shared by all workers.
+	var buf [36]byte
+	const hexdig = "0123456789abcdef"
+	j := 0
+	for i, v := range [2]uint64{a, b} {
+		for k := 60; k >= 0; k -= 4 {
+			if pos := i*16 + (60-k)/4; pos == 8 || pos == 12 || pos == 16 || pos == 20 {
+				buf[j] = '-'
+				j++
+			}
+			buf[j] = hexdig[(v>>uint(k))&0xf]
+			j++
+		}
+	}
+	return string(buf[:])
 }
 
 // logHTTP writes the access-log line and the request metrics.
@@ -674,7 +697,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 		UpstreamServiceTime: -1, ForwardedFor: req.Header.Get("X-Forwarded-For"), UserAgent: req.UserAgent(),
 		RequestID: req.Header.Get("X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
-	w.s.access.Load().write(&e, ex.details, ex.failure, ex.clusterName())
+	w.s.access.Load().write(w.id, &e, ex.details, ex.failure, ex.clusterName())
 	reporter := "source"
 	if ls := st.listeners[info.listener]; ls != nil && ls.cfg.Direction == config.Inbound {
 		reporter = "destination"

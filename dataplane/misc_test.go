@@ -197,11 +197,11 @@ func TestAccessLogJSONAndDrops(t *testing.T) {
 	// A writer that blocks never stalls requests; overflowing lines are counted.
 	block := &blockingWriter{release: make(chan struct{})}
 	defer close(block.release)
-	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText}, block)
+	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText}, block, 1)
 	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
 	start := time.Now()
 	for range 2 * accessLogQueue {
-		al.write(&e, "", "", "c")
+		al.write(0, &e, "", "", "c")
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("writing to a blocked log took %v", d)

@@ -178,7 +178,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.started = time.Now()
 	st := s.state.Load()
-	al, err := newAccessLogger(st.cfg.AccessLog, s.opts.AccessLog)
+	al, err := newAccessLogger(st.cfg.AccessLog, s.opts.AccessLog, len(s.workers))
 	if err != nil {
 		return err
 	}
@@ -188,6 +188,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	go s.mainLoop()
+	for _, w := range s.workers {
+		go s.forward(w)
+	}
 	s.startClusterLoops(st, nil)
 	if err := s.startAdmin(st.cfg); err != nil {
 		s.cancel()
@@ -440,12 +443,31 @@ func (s *Server) outlierTicker(c *cluster) {
 	}
 }
 
-// report hands an event to the main loop without ever blocking a worker.
+// report hands an event to the main loop without ever blocking (checkers
+// and timers; workers use their own queue, see worker.report).
 func (s *Server) report(ev event) {
 	select {
 	case s.events <- ev:
 	default:
 		s.dropped.Add(1)
+	}
+}
+
+// forward moves a worker's events to the main loop: a worker's request
+// goroutines only touch their own worker's queue, so reporting results
+// takes no lock shared with other workers.
+func (s *Server) forward(w *worker) {
+	for {
+		select {
+		case ev := <-w.events:
+			select {
+			case s.events <- ev:
+			case <-s.ctx.Done():
+				return
+			}
+		case <-s.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -477,7 +499,7 @@ func (s *Server) applyReload(cfg *config.Config) error {
 		return err
 	}
 	if !reflect.DeepEqual(old.cfg.AccessLog, cfg.AccessLog) && s.opts.AccessLog == nil {
-		al, err := newAccessLogger(cfg.AccessLog, nil)
+		al, err := newAccessLogger(cfg.AccessLog, nil, len(s.workers))
 		if err != nil {
 			_ = s.openListeners(old)
 			return err

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -22,7 +23,7 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 	defer func() {
 		e.Duration = time.Since(info.start)
 		e.BytesReceived, e.BytesSent = rx, tx
-		w.s.access.Load().write(&e, details, failure, clusterName)
+		w.s.access.Load().write(w.id, &e, details, failure, clusterName)
 		reporter := "source"
 		if ls.cfg.Direction == "inbound" {
 			reporter = "destination"
@@ -50,7 +51,7 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 		}
 		tried = append(tried, h.ID)
 		e.UpstreamHost = h.Address
-		conn, err := w.dial(w.s.ctx, cl, h.Address)
+		conn, err := w.dial(context.Background(), cl, h.Address) // no shared parent context
 		w.release(cl, h)
 		hc.rqActive.Add(-1)
 		if err != nil {
@@ -60,7 +61,7 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 			hc.rqSuccess.Add(1)
 		}
 		if err == nil {
-			w.s.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectSuccessFinal})
+			w.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectSuccessFinal})
 			up = conn
 			break
 		}
@@ -70,7 +71,7 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 			details = "overflow"
 			return
 		}
-		w.s.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectFailed})
+		w.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectFailed})
 		failure = err.Error()
 		if attempt == 1 {
 			e.Flags |= lb.FlagUF | lb.FlagURX

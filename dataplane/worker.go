@@ -34,6 +34,10 @@ type worker struct {
 	transports map[*cluster]http.RoundTripper
 	requests   map[requestKey]*requestStats
 
+	// events queues this worker's request results for the main loop.
+	events chan event
+	bufs   *bufferPool
+
 	httpConns *chanListener
 	httpSrv   *http.Server
 	h2        *http2.Server
@@ -42,6 +46,8 @@ type worker struct {
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
 		transports: map[*cluster]http.RoundTripper{}, requests: map[requestKey]*requestStats{}}
+	w.events = make(chan event, 4096)
+	w.bufs = newBufferPool()
 	w.httpConns = newChanListener()
 	w.httpSrv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),
@@ -284,6 +290,19 @@ func hostMatches(patterns []string, host string) bool {
 		}
 	}
 	return false
+}
+
+// report queues a request result for outlier detection (only clusters
+// that run it), dropping it rather than blocking when the queue is full.
+func (w *worker) report(ev event) {
+	if ev.cluster.cfg.Outlier == nil {
+		return
+	}
+	select {
+	case w.events <- ev:
+	default:
+		w.s.dropped.Add(1)
+	}
 }
 
 // pick chooses an upstream host of c for this worker (nil when none) and
