@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,12 @@ func (s *Server) startAdmin(cfg *config.Config) error {
 	admin.HandleFunc("/healthcheck/fail", s.adminPost(func() { go s.Drain() }, "draining\n"))
 	admin.HandleFunc("/quitquitquit", s.adminPost(func() { go s.Shutdown() }, "OK\n"))
 	admin.HandleFunc("/logging", s.adminLogging)
+	// Go's profiler (the admin listener is loopback-only by default), the
+	// counterpart of Envoy's /cpuprofiler and /heapprofiler.
+	admin.HandleFunc("/debug/pprof/", pprof.Index)
+	admin.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	admin.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	admin.HandleFunc("/debug/pprof/trace", pprof.Trace)
 
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz/ready", s.readyHandler)
@@ -116,7 +123,7 @@ func (s *Server) adminIndex(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	fmt.Fprint(w, "meshlet admin\n  /config_dump\n  /clusters[?format=json]\n  /stats\n  /stats/prometheus\n  /ready\n  POST /drain\n  POST /quitquitquit\n  POST /logging?level=debug|info|warn|error\n")
+	fmt.Fprint(w, "meshlet admin\n  /config_dump\n  /clusters[?format=json]\n  /stats\n  /stats/prometheus\n  /ready\n  POST /drain\n  POST /quitquitquit\n  POST /logging?level=debug|info|warn|error\n  /debug/pprof/\n")
 }
 
 func (s *Server) readyHandler(w http.ResponseWriter, _ *http.Request) {

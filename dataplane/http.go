@@ -177,15 +177,14 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			pr.Out.URL.Host = "upstream" // the router transport sets the host per attempt
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:      routerTransport{},
-		FlushInterval:  -1,
+		Transport: routerTransport{},
+		// 0 lets ReverseProxy write a sized response in one go; it flushes
+		// each write by itself for streams (no Content-Length: gRPC, SSE).
+		FlushInterval:  0,
 		ModifyResponse: keepTrailersOnly,
 		ErrorHandler:   w.proxyError,
 		ErrorLog:       nil,
 		BufferPool:     w.bufs,
-	}
-	if ex.grpc || req.ProtoMajor == 2 {
-		proxy.FlushInterval = -1
 	}
 	proxy.ServeHTTP(sw, req.WithContext(ctx))
 }
@@ -417,12 +416,18 @@ func (w *worker) retryAllowed(c *cluster) bool {
 
 // tryOnce sends one attempt to h.
 func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry time.Duration) (*http.Response, error) {
-	ctx := req.Context()
+	// ReverseProxy hands the router its own copy of the request; only a
+	// per-try context (or a retry, whose earlier attempt the transport may
+	// still hold) needs another.
+	out := req
 	var cancel context.CancelFunc
 	if perTry > 0 {
-		ctx, cancel = context.WithTimeoutCause(ctx, perTry, errPerTryTimeout)
+		var ctx context.Context
+		ctx, cancel = context.WithTimeoutCause(req.Context(), perTry, errPerTryTimeout)
+		out = req.Clone(ctx)
+	} else if len(ex.tried) > 1 {
+		out = req.Clone(req.Context())
 	}
-	out := req.Clone(ctx)
 	out.URL.Host = h.Address
 	resp, err := w.transport(ex.cluster).RoundTrip(out)
 	if cancel != nil {
