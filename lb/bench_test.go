@@ -56,7 +56,9 @@ var benchPolicies = []struct {
 }
 
 // BenchmarkPick measures one pick (priority, zone-aware locality choice,
-// host policy) on a worker's Picker, per policy and cluster size.
+// host policy) on a worker's Picker, per policy and cluster size; least
+// request also starts and finishes requests (16 in flight) so its active
+// counts move as in real traffic.
 func BenchmarkPick(b *testing.B) {
 	for _, bp := range benchPolicies {
 		for _, n := range benchSizes {
@@ -64,6 +66,27 @@ func BenchmarkPick(b *testing.B) {
 				s, _ := benchSnapshot(b, bp.pol, n, bp.weighted)
 				p := NewPicker(newPCG(1), nil)
 				p.Pick(s, nil)
+				if bp.pol == PolicyLeastRequest {
+					// Least request with 16 requests in flight, so active
+					// counts (and weighted weights) keep changing.
+					var inflight [16]*Host
+					i := 0
+					b.ReportAllocs()
+					b.ResetTimer()
+					for b.Loop() {
+						h := p.Pick(s, nil)
+						if h == nil {
+							b.Fatal("no host")
+						}
+						p.RequestStarted(h)
+						if old := inflight[i]; old != nil {
+							p.RequestFinished(old)
+						}
+						inflight[i] = h
+						i = (i + 1) % len(inflight)
+					}
+					return
+				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {

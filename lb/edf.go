@@ -24,18 +24,22 @@ type EDF struct {
 	classes []edfClass
 }
 
-// edfClass holds the entries of one weight in deadline order. With a static
-// weight, an item re-inserted at time t gets t+1/w, never earlier than any
-// other entry of its class, so a class is a FIFO ring and a pick only
-// compares the heads of the classes.
+// edfClass holds the live entries q[head:] that were last scheduled with
+// weight w, in deadline order. An item re-inserted at time t gets t+1/w, and
+// t only grows, so within a class deadlines arrive in order: a class is a
+// FIFO, and a pick only compares the class heads. Items whose weight changes
+// (least request) simply move to the class of their new weight.
 type edfClass struct {
 	w    float64
 	q    []edfEntry
 	head int
 }
 
-// maxEDFClasses bounds the heads a class-mode pick compares.
-const maxEDFClasses = 8
+func (c *edfClass) live() int { return len(c.q) - c.head }
+
+// maxEDFClasses bounds the heads a class-mode pick compares; more distinct
+// weights than this fall back to the heap.
+const maxEDFClasses = 16
 
 // NewEDF builds a scheduler over items 0..n-1 in the state it would have
 // after `picks` picks (Envoy's createWithPicks), so that schedulers built
@@ -121,32 +125,73 @@ func (e *EDF) Pick(weight func(int) float64) int {
 }
 
 // pickClass is Pick in class mode; ok is false (and nothing changed) when
-// the FIFO property would break, and the caller falls back to the heap.
+// class mode cannot continue (too many weights, or a deadline that would
+// break a class's order), and the caller falls back to the heap.
 func (e *EDF) pickClass(weight func(int) float64) (int, bool) {
-	best := 0
-	for k := 1; k < len(e.classes); k++ {
-		if c := &e.classes[k]; c.q[c.head].less(e.classes[best].q[e.classes[best].head]) {
+	best := -1
+	for k := range e.classes {
+		c := &e.classes[k]
+		if c.live() == 0 {
+			continue
+		}
+		if best < 0 || c.q[c.head].less(e.classes[best].q[e.classes[best].head]) {
 			best = k
 		}
 	}
-	c := &e.classes[best]
-	top := c.q[c.head]
+	if best < 0 {
+		return -1, true // empty
+	}
+	src := &e.classes[best]
+	top := src.q[src.head]
 	w := weight(int(top.item))
+	if w <= 0 {
+		return 0, false // dropping an item: let the heap path do it
+	}
 	next := edfEntry{deadline: top.deadline + 1/w, order: e.order, item: top.item}
-	if w != c.w || next.less(c.q[(c.head+len(c.q)-1)%len(c.q)]) {
+	dst := -1
+	free := -1
+	for k := range e.classes {
+		if e.classes[k].w == w {
+			dst = k
+			break
+		}
+		if free < 0 && e.classes[k].live() == 0 && k != best {
+			free = k
+		}
+	}
+	if dst >= 0 {
+		if c := &e.classes[dst]; c.live() > 0 && next.less(c.q[len(c.q)-1]) {
+			return 0, false // rounding broke the order: the heap is exact
+		}
+	} else if free < 0 && len(e.classes) == maxEDFClasses {
 		return 0, false
 	}
+	// Commit: pop from src, push to dst.
+	src.head++
+	if src.live() == 0 {
+		src.q, src.head = src.q[:0], 0
+	} else if src.head >= 64 && src.head*2 >= len(src.q) {
+		n := copy(src.q, src.q[src.head:])
+		src.q, src.head = src.q[:n], 0
+	}
+	switch {
+	case dst >= 0:
+	case free >= 0:
+		dst = free
+		e.classes[dst].w = w
+	default:
+		e.classes = append(e.classes, edfClass{w: w})
+		dst = len(e.classes) - 1
+	}
+	e.classes[dst].q = append(e.classes[dst].q, next)
 	e.now = top.deadline
 	e.order++
-	c.q[c.head] = next
-	c.head = (c.head + 1) % len(c.q)
 	return int(top.item), true
 }
 
 // useClasses switches to class mode when the items take at most
-// maxEDFClasses distinct weights, which makes a pick O(classes) instead of
-// O(log n) with the same sequence. Only for weights that do not change; a
-// changed weight falls back to the heap.
+// maxEDFClasses distinct weights: a pick becomes O(classes) instead of
+// O(log n), with exactly the heap's sequence (any anomaly falls back).
 func (e *EDF) useClasses(weight func(int) float64) {
 	var classes []edfClass
 	for _, x := range e.heap {
@@ -178,7 +223,7 @@ func (e *EDF) useClasses(weight func(int) float64) {
 // toHeap leaves class mode.
 func (e *EDF) toHeap() {
 	for _, c := range e.classes {
-		e.heap = append(e.heap, c.q...)
+		e.heap = append(e.heap, c.q[c.head:]...)
 	}
 	e.classes = nil
 	for i := len(e.heap)/2 - 1; i >= 0; i-- {
@@ -189,11 +234,14 @@ func (e *EDF) toHeap() {
 // Peek returns the next item Pick would return without changing state.
 func (e *EDF) Peek() int {
 	if e.classes != nil {
-		best := &e.classes[0]
+		var best *edfClass
 		for k := range e.classes {
-			if c := &e.classes[k]; c.q[c.head].less(best.q[best.head]) {
+			if c := &e.classes[k]; c.live() > 0 && (best == nil || c.q[c.head].less(best.q[best.head])) {
 				best = c
 			}
+		}
+		if best == nil {
+			return -1
 		}
 		return int(best.q[best.head].item)
 	}
@@ -207,7 +255,7 @@ func (e *EDF) Peek() int {
 func (e *EDF) Len() int {
 	n := len(e.heap)
 	for _, c := range e.classes {
-		n += len(c.q)
+		n += c.live()
 	}
 	return n
 }
@@ -221,7 +269,7 @@ func (e *EDF) CloneInto(dst *EDF) *EDF {
 	dst.heap = append(dst.heap[:0], e.heap...)
 	dst.classes = nil
 	for _, c := range e.classes {
-		dst.classes = append(dst.classes, edfClass{w: c.w, q: slices.Clone(c.q), head: c.head})
+		dst.classes = append(dst.classes, edfClass{w: c.w, q: slices.Clone(c.q[c.head:])})
 	}
 	return dst
 }

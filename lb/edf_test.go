@@ -65,3 +65,40 @@ func TestEDFClassModeFallsBackOnDisorder(t *testing.T) {
 		t.Error("still in class mode after the FIFO order broke")
 	}
 }
+
+// Weights that change between picks (least request: weight/(active+1))
+// move items between classes; the sequence must still be the heap's,
+// including when more distinct weights appear than class mode holds.
+func TestEDFClassModeDynamicWeights(t *testing.T) {
+	for _, tc := range []struct {
+		n, maxActive int
+		seed         uint64
+	}{{2, 1, 0}, {10, 2, 3}, {300, 3, 77}, {300, 9, 5}, {1000, 2, 429496728}} {
+		t.Run(fmt.Sprintf("n%d_active%d", tc.n, tc.maxActive), func(t *testing.T) {
+			rnd := newPCG(tc.seed + 1)
+			base := make([]float64, tc.n)
+			active := make([]uint64, tc.n)
+			for i := range base {
+				base[i] = float64(1 + i%4)
+			}
+			weight := func(i int) float64 { return LeastRequestWeight(base[i], active[i], 1) }
+			heap := NewEDF(tc.n, weight, tc.seed)
+			classed := heap.CloneInto(nil)
+			classed.useClasses(weight)
+			if classed.classes == nil {
+				t.Fatal("class mode not used")
+			}
+			for i := range 20 * tc.n {
+				if i%3 == 0 {
+					active[rnd.Uint64()%uint64(tc.n)] = rnd.Uint64() % uint64(tc.maxActive+1)
+				}
+				if a, b := classed.Pick(weight), heap.Pick(weight); a != b {
+					t.Fatalf("pick %d: class mode chose %d, heap %d", i, a, b)
+				}
+			}
+			if tc.maxActive >= 9 && classed.classes != nil {
+				t.Error("more distinct weights than classes, yet still in class mode")
+			}
+		})
+	}
+}

@@ -242,9 +242,7 @@ func (p *Picker) schedulerFor(src *hostSource, weight func(int) float64) *EDF {
 		for range p.seed % uint64(len(src.hosts)) {
 			e.Pick(weight)
 		}
-		if s := p.snap; s.cfg.Policy == PolicyRoundRobin {
-			e.useClasses(weight) // static weights: O(classes) picks
-		}
+		e.useClasses(weight) // O(classes) picks while weights take few values
 	}
 	return e
 }
