@@ -550,8 +550,22 @@ func (e *connectError) Unwrap() error { return e.err }
 
 // dialer opens upstream connections for cluster c on worker w, enforcing
 // the connect timeout and max_connections, and counting them.
+//
+// A request that needs a new connection is pending while it is dialled
+// (the pools never queue a request behind a busy connection): that is
+// what max_pending_requests bounds here.
 func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, error) {
 	st := c.stats[w.id]
+	if n := c.rqPending.Add(1); !c.cfg.CircuitBreakers.PendingRequestAllowed(uint64(n - 1)) {
+		c.rqPending.Add(-1)
+		st.inc(cUpstreamRqPendingOverflow)
+		return nil, &connectError{addr: addr, overflow: true}
+	}
+	st.gauge(gUpstreamRqPendingActive, 1)
+	defer func() {
+		c.rqPending.Add(-1)
+		st.gauge(gUpstreamRqPendingActive, -1)
+	}()
 	if n := c.cxActive.Add(1); !c.cfg.CircuitBreakers.ConnectionAllowed(uint64(n - 1)) {
 		c.cxActive.Add(-1)
 		st.inc(cUpstreamCxOverflow)

@@ -257,3 +257,31 @@ func TestTCPProxy(t *testing.T) {
 	}
 	logs.waitLine(t, `"- - -" 0 - 7 7 `, l.Addr().String())
 }
+
+// max_connections and max_pending_requests: a request that needs a new
+// connection beyond the limits overflows with UO instead of waiting.
+func TestHTTPConnectionCircuitBreakers(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
+	cl := testCluster("echo", endpoint(slow, "a"))
+	cl.CircuitBreakers.MaxConnections = 1
+	s, logs := startServer(t, testConfig(noRetry, cl))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); get(t, http.DefaultClient, s, "/holds-the-connection") }()
+	<-entered
+	code, body, _ := get(t, http.DefaultClient, s, "/needs-a-second")
+	close(release)
+	wg.Wait()
+	if code != 503 || !strings.Contains(body, "overflow") {
+		t.Errorf("got %d %q, want 503 overflow", code, body)
+	}
+	logs.waitLine(t, `"GET /needs-a-second HTTP/1.1" 503 UO `)
+	if got := stat(t, s, "cluster.echo.upstream_cx_overflow"); got != 1 {
+		t.Errorf("upstream_cx_overflow = %d", got)
+	}
+}
