@@ -1,11 +1,16 @@
 package dataplane
 
 import (
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
@@ -124,4 +129,51 @@ func TestActiveHealthCheck(t *testing.T) {
 	if !strings.Contains(adminGet(t, s, "/clusters"), "echo::"+a+"::health_flags::healthy") {
 		t.Errorf("/clusters does not show %s healthy", a)
 	}
+}
+
+// TCP (connect, send, expect) and gRPC (grpc.health.v1) active checks.
+func TestTCPAndGRPCHealthChecks(t *testing.T) {
+	// A TCP server that answers "PONG" to "PING", and one that accepts but
+	// answers nothing useful.
+	tcpServer := func(ip, reply string) string {
+		l, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); buf := make([]byte, 16); c.Read(buf); c.Write([]byte(reply)) }()
+			}
+		}()
+		return l.Addr().String()
+	}
+	good := tcpServer("127.0.0.11", "PONG")
+	bad := tcpServer("127.0.0.12", "NOPE")
+	gl, _ := net.Listen("tcp", "127.0.0.13:0")
+	gs := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	go gs.Serve(gl)
+	t.Cleanup(gs.Stop)
+
+	timing := lb.HealthCheckConfig{Timeout: time.Second, Interval: 30 * time.Millisecond, NoTrafficInterval: 30 * time.Millisecond,
+		UnhealthyThreshold: 1, HealthyThreshold: 1}
+	tcp := testCluster("tcp", endpoint(good, "a"), endpoint(bad, "a"))
+	tcp.HealthChecks = []config.HealthCheck{{Kind: config.HealthCheckTCP, Send: []byte("PING"), Receive: []byte("PONG"), HealthCheckConfig: timing}}
+	g := testCluster("grpc", endpoint(gl.Addr().String(), "a"))
+	g.HealthChecks = []config.HealthCheck{{Kind: config.HealthCheckGRPC, GRPCService: "svc", HealthCheckConfig: timing}}
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(good, "a")), tcp, g)
+	s, _ := startServer(t, cfg)
+	waitFor(t, "tcp checks", func() bool {
+		return hostFlags(s, "tcp", good) == "healthy" && hostFlags(s, "tcp", bad) == "/failed_active_hc"
+	})
+	waitFor(t, "grpc check passes", func() bool { return hostFlags(s, "grpc", gl.Addr().String()) == "healthy" })
+	hs.SetServingStatus("svc", healthpb.HealthCheckResponse_NOT_SERVING)
+	waitFor(t, "grpc NOT_SERVING fails the host", func() bool { return hostFlags(s, "grpc", gl.Addr().String()) == "/failed_active_hc" })
 }

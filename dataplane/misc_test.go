@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"regexp"
@@ -281,5 +282,43 @@ func TestQuitQuitQuit(t *testing.T) {
 	case <-s.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("server did not stop after /quitquitquit")
+	}
+}
+
+func TestAdminConfigDumpAndLogging(t *testing.T) {
+	up := upstream(t, "127.0.0.11", named("a"))
+	lv := &slog.LevelVar{}
+	logs := &logBuffer{}
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
+	s, err := New(cfg, Options{AccessLog: logs, Workers: 1, LogLevel: lv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	var dump map[string]any
+	if err := json.Unmarshal([]byte(adminGet(t, s, "/config_dump")), &dump); err != nil {
+		t.Fatalf("/config_dump is not JSON: %v", err)
+	}
+	if cl := dump["Clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["Name"] != "echo" {
+		t.Errorf("/config_dump clusters: %v", dump["Clusters"])
+	}
+	resp, err := http.Post("http://"+s.AdminAddrs()["admin"]+"/logging?level=debug", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if lv.Level() != slog.LevelDebug {
+		t.Errorf("log level %v after POST /logging?level=debug", lv.Level())
+	}
+	resp, _ = http.Post("http://"+s.AdminAddrs()["admin"]+"/logging?level=loud", "", nil)
+	if resp.StatusCode != 400 {
+		t.Errorf("bad level: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	if !strings.Contains(adminGet(t, s, "/stats?filter=upstream_rq_total"), "cluster.echo.upstream_rq_total: 0") {
+		t.Error("/stats filter")
 	}
 }

@@ -3,10 +3,16 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestSimulateDefaultTableAndJSON(t *testing.T) {
@@ -76,5 +82,95 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(last["steady"], "LocalityResidual") || !strings.Contains(last["restored"], "LocalityResidual") || !strings.Contains(last["killed"], "NoLocalityRouting") {
 		t.Errorf("routing states:\n%s\n%s\n%s", last["steady"], last["killed"], last["restored"])
+	}
+}
+
+// `sidecar run` serves from a file, reloads when it changes, refuses an
+// invalid change (keeping the running config), and drains on SIGTERM.
+func TestRunReloadsAndDrains(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
+	free := func() string {
+		l, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer l.Close()
+		return l.Addr().String()
+	}
+	listen, admin := free(), free()
+	host, port, _ := net.SplitHostPort(up.Addr().String())
+	cfg := func(timeout string) string {
+		return fmt.Sprintf(`admin: %s
+health: "off"
+prometheus: "off"
+access_log: {path: "off"}
+listeners:
+  - address: %s
+    original_destination: 10.96.0.10:80
+    routes:
+      - {match: {destination: "10.96.0.10:80"}, cluster: up, timeout: %s}
+clusters:
+  - name: up
+    load_assignment:
+      cluster_name: up
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: %s, port_value: %s}}}}]}]
+`, admin, listen, timeout, host, port)
+	}
+	path := filepath.Join(t.TempDir(), "sidecar.yaml")
+	os.WriteFile(path, []byte(cfg("15s")), 0o644)
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	go func() { done <- run([]string{"-config", path, "-watch", "50ms", "-log-level", "error"}, &out) }()
+	routeTimeout := func() string {
+		resp, err := http.Get("http://" + admin + "/config_dump")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		var d struct{ Listeners []struct{ Routes []struct{ Timeout time.Duration } } }
+		json.NewDecoder(resp.Body).Decode(&d)
+		if len(d.Listeners) == 0 {
+			return ""
+		}
+		return d.Listeners[0].Routes[0].Timeout.String()
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if cond() {
+				return
+			}
+		}
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	waitUntil("the sidecar to serve", func() bool { return routeTimeout() == "15s" })
+	resp, err := http.Get("http://" + listen + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "up" {
+		t.Fatalf("through the sidecar: %q", b)
+	}
+	os.WriteFile(path, []byte(cfg("3s")), 0o644)
+	waitUntil("the file change to reload", func() bool { return routeTimeout() == "3s" })
+	os.WriteFile(path, []byte(cfg("3s")+"bogus: 1\n"), 0o644)
+	time.Sleep(300 * time.Millisecond)
+	if got := routeTimeout(); got != "3s" {
+		t.Errorf("after an invalid change the route timeout is %q, want the running 3s", got)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not stop on SIGTERM")
+	}
+	if _, err := net.DialTimeout("tcp", listen, 200*time.Millisecond); err == nil {
+		t.Error("listener still open after SIGTERM")
 	}
 }
