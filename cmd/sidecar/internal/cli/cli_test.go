@@ -128,7 +128,11 @@ clusters:
 			return ""
 		}
 		defer resp.Body.Close()
-		var d struct{ Listeners []struct{ Routes []struct{ Timeout time.Duration } } }
+		var d struct {
+			Listeners []struct {
+				Routes []struct{ Timeout time.Duration }
+			}
+		}
 		json.NewDecoder(resp.Body).Decode(&d)
 		if len(d.Listeners) == 0 {
 			return ""
