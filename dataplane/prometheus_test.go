@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
 )
 
 func needBinary(t *testing.T, name string) string {
@@ -113,4 +116,35 @@ func TestPrometheusServerScrapes(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	t.Fatalf("Prometheus never returned istio_requests_total = 3; its log:\n%s", out.String())
+}
+
+// Response flags reach the request metrics: every failure kind is a
+// label value operators can alert on.
+func TestResponseFlagsInMetrics(t *testing.T) {
+	a := upstream(t, "127.0.0.11", named("a1"))
+	down := lb.Endpoint{Address: a, Locality: lb.Locality{Zone: "a"}, Health: lb.EDSUnhealthy}
+	dead := testCluster("dead", endpoint(closedAddr(t, "127.0.0.12"), "a"))
+	sick := testCluster("sick", down)
+	sick.LB.PanicThreshold = 0
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(a, "a")), dead, sick)
+	cfg.Listeners[0].Routes = append(cfg.Listeners[0].Routes,
+		config.Route{Name: "dead", Hosts: []string{"dead"}, Cluster: "dead", Timeout: time.Second},
+		config.Route{Name: "sick", Hosts: []string{"sick"}, Cluster: "sick", Timeout: time.Second})
+	cfg.Prometheus = "127.0.0.1:0"
+	s, _ := startServer(t, cfg)
+	for _, host := range []string{"dead", "sick", "nowhere"} {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	text := scrape(t, s)
+	for _, want := range []string{`response_code="503",response_flags="UF"`, `response_code="503",response_flags="UH"`, `response_code="404",response_flags="NR"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("istio_requests_total lacks %s", want)
+		}
+	}
 }
