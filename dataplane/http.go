@@ -171,7 +171,16 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errRouteTimeout)
 		defer cancel()
 	}
-	proxy := &httputil.ReverseProxy{
+	w.proxy.ServeHTTP(sw, req.WithContext(ctx))
+}
+
+var errRouteTimeout = errors.New("route timeout")
+
+// newReverseProxy is a worker's reverse proxy (safe for concurrent use,
+// built once): hop-by-hop headers, trailers, Upgrade and streaming come
+// from httputil; routing, retries and failures from routerTransport.
+func (w *worker) newReverseProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "upstream" // the router transport sets the host per attempt
@@ -183,13 +192,9 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		FlushInterval:  0,
 		ModifyResponse: keepTrailersOnly,
 		ErrorHandler:   w.proxyError,
-		ErrorLog:       nil,
 		BufferPool:     w.bufs,
 	}
-	proxy.ServeHTTP(sw, req.WithContext(ctx))
 }
-
-var errRouteTimeout = errors.New("route timeout")
 
 // trailersOnly carries a gRPC trailers-only response (status in the only
 // HEADERS frame, no body) past ReverseProxy, whose early header flush

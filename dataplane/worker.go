@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type worker struct {
 	// events queues this worker's request results for the main loop.
 	events chan event
 	bufs   *bufferPool
+	proxy  *httputil.ReverseProxy
 
 	httpConns *chanListener
 	httpSrv   *http.Server
@@ -48,6 +50,7 @@ func newWorker(s *Server, id int) *worker {
 		transports: map[*cluster]http.RoundTripper{}, requests: map[requestKey]*requestStats{}}
 	w.events = make(chan event, 4096)
 	w.bufs = newBufferPool()
+	w.proxy = w.newReverseProxy()
 	w.httpConns = newChanListener()
 	w.httpSrv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),
