@@ -15,6 +15,10 @@ import (
 )
 
 const usage = `usage:
+  sidecar drain [-admin 127.0.0.1:15000] [-wait 5s]
+      ask the running sidecar to drain (the injected preStop hook)
+  sidecar wait [-health 127.0.0.1:15021] [-timeout 60s]
+      return once the sidecar is ready (the classic-mode postStart hook)
   sidecar demo [-phase 4s] [-rps 200]
       live failover demo: upstreams in three zones on loopback, the sidecar, a load generator
   sidecar run [-config file.yaml] [-redirect none|ebpf] [-log-level info] [-watch 2s]
@@ -29,8 +33,15 @@ func Main(args []string, out io.Writer) error {
 	if len(args) >= 1 && args[0] == "run" {
 		return run(args[1:], out)
 	}
-	if len(args) >= 1 && args[0] == "demo" {
-		return demo(args[1:], out)
+	if len(args) >= 1 {
+		switch args[0] {
+		case "demo":
+			return demo(args[1:], out)
+		case "drain":
+			return drain(args[1:], out)
+		case "wait":
+			return wait(args[1:], out)
+		}
 	}
 	if len(args) < 2 || args[0] != "lb" {
 		return errors.New(usage)

@@ -178,3 +178,25 @@ clusters:
 		t.Error("listener still open after SIGTERM")
 	}
 }
+
+func TestDrainAndWaitHooks(t *testing.T) {
+	var drained bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) { drained = r.Method == http.MethodPost })
+	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "LIVE") })
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go http.Serve(l, mux)
+	var out bytes.Buffer
+	if err := Main([]string{"drain", "-admin", l.Addr().String(), "-wait", "0s"}, &out); err != nil || !drained {
+		t.Errorf("drain: %v (drained %v)", err, drained)
+	}
+	if err := Main([]string{"wait", "-health", l.Addr().String(), "-timeout", "2s"}, &out); err != nil {
+		t.Errorf("wait: %v", err)
+	}
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := dead.Addr().String()
+	dead.Close()
+	if err := Main([]string{"wait", "-health", addr, "-timeout", "300ms"}, &out); err == nil {
+		t.Error("wait succeeded against nothing")
+	}
+}

@@ -1,0 +1,113 @@
+// Package webhook is meshlet's sidecar injection: AdmissionReview v1 in,
+// JSONPatch out. It decides whether a pod is meshed (namespace label,
+// pod label override, never host-network pods or system namespaces),
+// adds the sidecar (a native sidecar by default, a classic container on
+// clusters older than 1.29), rewrites the app's probes to the sidecar's
+// health port, and records what it did in an annotation so a second
+// admission yields the same pod.
+package webhook
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Labels and annotations operators set or read.
+const (
+	// NamespaceLabel enables injection for a namespace ("enabled").
+	NamespaceLabel = "meshlet.io/injection"
+	// PodLabel overrides the namespace: "true" or "false".
+	PodLabel = "meshlet.io/inject"
+	// StatusAnnotation records what was injected (JSON).
+	StatusAnnotation = "meshlet.io/status"
+	// ModeAnnotation forces "native" or "classic" sidecar mode.
+	ModeAnnotation = "meshlet.io/sidecar-mode"
+	// ImageAnnotation overrides the sidecar image.
+	ImageAnnotation = "meshlet.io/proxy-image"
+	// CPU / memory request and limit overrides.
+	CPURequestAnnotation    = "meshlet.io/proxy-cpu"
+	MemoryRequestAnnotation = "meshlet.io/proxy-memory"
+	CPULimitAnnotation      = "meshlet.io/proxy-cpu-limit"
+	MemoryLimitAnnotation   = "meshlet.io/proxy-memory-limit"
+	// Traffic exclusions passed to the sidecar's eBPF redirect.
+	ExcludeInboundPortsAnnotation  = "meshlet.io/exclude-inbound-ports"
+	ExcludeOutboundPortsAnnotation = "meshlet.io/exclude-outbound-ports"
+	ExcludeOutboundCIDRsAnnotation = "meshlet.io/exclude-outbound-cidrs"
+	// RewriteProbesAnnotation "false" keeps the app's probes as they are.
+	RewriteProbesAnnotation = "meshlet.io/rewrite-app-probes"
+)
+
+// Names of what the injector adds.
+const (
+	ProxyContainer   = "meshlet-proxy"
+	TokenVolume      = "meshlet-token"
+	RootCAVolume     = "meshlet-root-ca"
+	CgroupVolume     = "meshlet-host-cgroup"
+	TokenAudience    = "meshlet"
+	TokenPath        = "/var/run/secrets/meshlet/tokens"
+	RootCAPath       = "/var/run/secrets/meshlet/root-ca"
+	HostCgroupPath   = "/host/sys/fs/cgroup"
+	ProbersEnv       = "MESHLET_APP_PROBERS"
+	HealthPort       = 15021
+	AppHealthPrefix  = "/app-health/"
+	DefaultRootCACM  = "meshlet-root-ca"
+	DefaultProxyUID  = 1337
+	DefaultImage     = "ghcr.io/meshlet-dev/sidecar:latest"
+	nativeMinorFirst = 29 // native sidecars: Kubernetes 1.29+
+)
+
+// systemNamespaces are never injected.
+var systemNamespaces = map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true, "meshlet-system": true}
+
+// Config is the injector's configuration of the sidecar it adds.
+type Config struct {
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// Resources of the sidecar container.
+	Resources corev1.ResourceRequirements
+	// ProxyUID is the uid the sidecar drops to after attaching its eBPF
+	// programs (and that connect4 exempts).
+	ProxyUID int64
+	// RootCAConfigMap holds the mesh root certificate.
+	RootCAConfigMap string
+	// ControlPlane is the SDS / xDS address the sidecar dials.
+	ControlPlane string
+	// TrustDomain of the mesh's SPIFFE IDs.
+	TrustDomain string
+	// ServerMinor is the API server's minor version (1.<minor>); 0 means
+	// unknown (native sidecars assumed).
+	ServerMinor int
+	// DrainSeconds is how long the sidecar drains on stop.
+	DrainSeconds int64
+}
+
+// DefaultConfig returns the injector defaults.
+func DefaultConfig() Config {
+	return Config{
+		Image: DefaultImage, ImagePullPolicy: corev1.PullIfNotPresent, ProxyUID: DefaultProxyUID,
+		RootCAConfigMap: DefaultRootCACM, ControlPlane: "meshlet-injector.meshlet-system.svc:15012", TrustDomain: "cluster.local",
+		DrainSeconds: 5,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+		},
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Image == "":
+		return fmt.Errorf("webhook: config image: empty")
+	case c.ProxyUID <= 0:
+		return fmt.Errorf("webhook: config proxy_uid: %d must be > 0", c.ProxyUID)
+	case c.RootCAConfigMap == "":
+		return fmt.Errorf("webhook: config root_ca_configmap: empty")
+	case strings.TrimSpace(c.TrustDomain) == "":
+		return fmt.Errorf("webhook: config trust_domain: empty")
+	}
+	return nil
+}

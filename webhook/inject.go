@@ -1,0 +1,312 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Decision says whether and why a pod is (not) injected.
+type Decision struct {
+	Inject bool
+	Reason string
+}
+
+// Decide applies the selection rules: never host-network pods or system
+// namespaces; the pod label overrides; otherwise the namespace label.
+func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string) Decision {
+	switch {
+	case systemNamespaces[namespace]:
+		return Decision{false, "system namespace " + namespace}
+	case pod.Spec.HostNetwork:
+		return Decision{false, "host-network pod"}
+	}
+	switch pod.Labels[PodLabel] {
+	case "true":
+		return Decision{true, "pod label " + PodLabel + "=true"}
+	case "false":
+		return Decision{false, "pod label " + PodLabel + "=false"}
+	}
+	if nsLabels[NamespaceLabel] == "enabled" {
+		return Decision{true, "namespace label " + NamespaceLabel + "=enabled"}
+	}
+	return Decision{false, "namespace not labelled " + NamespaceLabel + "=enabled"}
+}
+
+// status is what StatusAnnotation records.
+type status struct {
+	Version    string   `json:"version"`
+	Mode       string   `json:"mode"`
+	Containers []string `json:"containers"`
+	Volumes    []string `json:"volumes"`
+}
+
+// injectorVersion changes when what Inject adds changes.
+const injectorVersion = "1"
+
+// Inject returns the pod with the sidecar added. A pod that already
+// carries StatusAnnotation is returned unchanged (idempotent: reinvocation
+// and re-applies yield the same pod). Bad annotations are errors naming
+// the annotation.
+func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	out := pod.DeepCopy()
+	if _, done := out.Annotations[StatusAnnotation]; done {
+		return out, nil
+	}
+	mode, err := sidecarMode(out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := proxyContainer(out, cfg, mode)
+	if err != nil {
+		return nil, err
+	}
+	if out.Annotations[RewriteProbesAnnotation] != "false" {
+		probers, err := rewriteProbes(out)
+		if err != nil {
+			return nil, err
+		}
+		if probers != "" {
+			proxy.Env = append(proxy.Env, corev1.EnvVar{Name: ProbersEnv, Value: probers})
+		}
+	}
+	if mode == "native" {
+		out.Spec.InitContainers = append([]corev1.Container{proxy}, out.Spec.InitContainers...)
+	} else {
+		out.Spec.Containers = append([]corev1.Container{proxy}, out.Spec.Containers...)
+	}
+	out.Spec.Volumes = append(out.Spec.Volumes, volumes(cfg)...)
+	st, _ := json.Marshal(status{Version: injectorVersion, Mode: mode, Containers: []string{ProxyContainer},
+		Volumes: []string{TokenVolume, RootCAVolume, CgroupVolume}})
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[StatusAnnotation] = string(st)
+	return out, nil
+}
+
+// sidecarMode is "native" (an init container with restartPolicy Always,
+// Kubernetes 1.29+) or "classic" (a regular container started first and
+// holding the app back until it is ready).
+func sidecarMode(pod *corev1.Pod, cfg Config) (string, error) {
+	switch m := pod.Annotations[ModeAnnotation]; m {
+	case "native", "classic":
+		return m, nil
+	case "":
+	default:
+		return "", fmt.Errorf("webhook: annotation %s: %q (want native or classic)", ModeAnnotation, m)
+	}
+	if cfg.ServerMinor != 0 && cfg.ServerMinor < nativeMinorFirst {
+		return "classic", nil
+	}
+	return "native", nil
+}
+
+func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container, error) {
+	image := cfg.Image
+	if v := pod.Annotations[ImageAnnotation]; v != "" {
+		image = v
+	}
+	res := *cfg.Resources.DeepCopy()
+	for _, o := range []struct {
+		ann  string
+		list *corev1.ResourceList
+		name corev1.ResourceName
+	}{{CPURequestAnnotation, &res.Requests, corev1.ResourceCPU}, {MemoryRequestAnnotation, &res.Requests, corev1.ResourceMemory},
+		{CPULimitAnnotation, &res.Limits, corev1.ResourceCPU}, {MemoryLimitAnnotation, &res.Limits, corev1.ResourceMemory}} {
+		v, ok := pod.Annotations[o.ann]
+		if !ok {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q: %v", o.ann, v, err)
+		}
+		if *o.list == nil {
+			*o.list = corev1.ResourceList{}
+		}
+		(*o.list)[o.name] = q
+	}
+	env := []corev1.EnvVar{
+		fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_UID", "metadata.uid"),
+		fieldEnv("POD_IP", "status.podIP"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+		{Name: "MESHLET_PROXY_UID", Value: strconv.FormatInt(cfg.ProxyUID, 10)},
+		{Name: "MESHLET_CONTROL_PLANE", Value: cfg.ControlPlane},
+		{Name: "MESHLET_TRUST_DOMAIN", Value: cfg.TrustDomain},
+		{Name: "MESHLET_HOST_CGROUP", Value: HostCgroupPath},
+	}
+	for _, ex := range []struct{ ann, env string }{{ExcludeInboundPortsAnnotation, "MESHLET_EXCLUDE_INBOUND_PORTS"},
+		{ExcludeOutboundPortsAnnotation, "MESHLET_EXCLUDE_OUTBOUND_PORTS"}, {ExcludeOutboundCIDRsAnnotation, "MESHLET_EXCLUDE_OUTBOUND_CIDRS"}} {
+		v, ok := pod.Annotations[ex.ann]
+		if !ok {
+			continue
+		}
+		if err := validateList(ex.ann, v); err != nil {
+			return corev1.Container{}, err
+		}
+		env = append(env, corev1.EnvVar{Name: ex.env, Value: v})
+	}
+	root := int64(0)
+	c := corev1.Container{
+		Name: ProxyContainer, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
+		Args: []string{"run", "--redirect=ebpf"},
+		Env:  env, Resources: res,
+		Ports: []corev1.ContainerPort{
+			{Name: "meshlet-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
+			{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: TokenVolume, MountPath: TokenPath, ReadOnly: true},
+			{Name: RootCAVolume, MountPath: RootCAPath, ReadOnly: true},
+			{Name: CgroupVolume, MountPath: HostCgroupPath, ReadOnly: true},
+		},
+		// The sidecar starts as root only to load and attach its eBPF
+		// programs, then drops to ProxyUID (which connect4 exempts).
+		// BPF: load programs and maps; NET_ADMIN: attach cgroup sock and
+		// sk_lookup programs; SETUID/SETGID: drop to ProxyUID. Nothing else.
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: &root, RunAsNonRoot: ptr(false), AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN", "SETUID", "SETGID"}},
+		},
+		ReadinessProbe: healthProbe(),
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/sidecar", "drain"}},
+		}},
+	}
+	if mode == "native" {
+		always := corev1.ContainerRestartPolicyAlways
+		c.RestartPolicy = &always
+		// The kubelet starts the app only once the startup probe passes.
+		c.StartupProbe = healthProbe()
+		c.StartupProbe.FailureThreshold = 600
+		c.StartupProbe.PeriodSeconds = 1
+	} else {
+		// Classic mode: the kubelet runs postStart before starting the next
+		// container, so the app waits until the sidecar is ready.
+		c.Lifecycle.PostStart = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/sidecar", "wait"}}}
+	}
+	return c, nil
+}
+
+func healthProbe() *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: "/healthz/ready", Port: intstr.FromInt32(HealthPort)}}, PeriodSeconds: 2, TimeoutSeconds: 3, FailureThreshold: 30}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// validateList checks a comma-separated list of ports or CIDRs.
+func validateList(ann, v string) error {
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if strings.Contains(ann, "cidrs") {
+			if !strings.Contains(item, "/") {
+				return fmt.Errorf("webhook: annotation %s: %q is not a CIDR", ann, item)
+			}
+			continue
+		}
+		if p, err := strconv.Atoi(item); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("webhook: annotation %s: %q is not a port", ann, item)
+		}
+	}
+	return nil
+}
+
+func volumes(cfg Config) []corev1.Volume {
+	expiry := int64(43200)
+	dir := corev1.HostPathDirectory
+	return []corev1.Volume{
+		{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: TokenAudience, ExpirationSeconds: &expiry, Path: "meshlet-token"}}}}}},
+		{Name: RootCAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: cfg.RootCAConfigMap}}}},
+		{Name: CgroupVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: &dir}}},
+	}
+}
+
+// appProber is what the sidecar needs to run an app's probe itself.
+type appProber struct {
+	HTTPGet   *corev1.HTTPGetAction   `json:"httpGet,omitempty"`
+	TCPSocket *corev1.TCPSocketAction `json:"tcpSocket,omitempty"`
+	GRPC      *corev1.GRPCAction      `json:"grpc,omitempty"`
+	Timeout   int32                   `json:"timeoutSeconds,omitempty"`
+}
+
+// rewriteProbes points the app containers' HTTP, TCP and gRPC probes at the
+// sidecar's health port (/app-health/<container>/<kind>), which runs the
+// original probe against the app on loopback: the kubelet's plaintext
+// probes would otherwise meet STRICT mTLS. It returns the original probes
+// as JSON for the sidecar (path -> prober), or "" when there are none.
+func rewriteProbes(pod *corev1.Pod) (string, error) {
+	probers := map[string]appProber{}
+	for ci := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[ci]
+		for _, p := range []struct {
+			kind  string
+			probe *corev1.Probe
+		}{{"livez", c.LivenessProbe}, {"readyz", c.ReadinessProbe}, {"startupz", c.StartupProbe}} {
+			if p.probe == nil || p.probe.Exec != nil {
+				continue // exec probes run inside the app container
+			}
+			path := AppHealthPrefix + c.Name + "/" + p.kind
+			ap := appProber{Timeout: p.probe.TimeoutSeconds}
+			switch {
+			case p.probe.HTTPGet != nil:
+				h := p.probe.HTTPGet.DeepCopy()
+				port, err := resolvePort(c, h.Port)
+				if err != nil {
+					return "", fmt.Errorf("webhook: container %q %s probe: %w", c.Name, p.kind, err)
+				}
+				h.Port = intstr.FromInt32(port)
+				ap.HTTPGet = h
+			case p.probe.TCPSocket != nil:
+				t := p.probe.TCPSocket.DeepCopy()
+				port, err := resolvePort(c, t.Port)
+				if err != nil {
+					return "", fmt.Errorf("webhook: container %q %s probe: %w", c.Name, p.kind, err)
+				}
+				t.Port = intstr.FromInt32(port)
+				ap.TCPSocket = t
+			case p.probe.GRPC != nil:
+				ap.GRPC = p.probe.GRPC.DeepCopy()
+			default:
+				continue
+			}
+			probers[path] = ap
+			p.probe.ProbeHandler = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(HealthPort), Scheme: corev1.URISchemeHTTP}}
+		}
+	}
+	if len(probers) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(probers)
+	return string(b), err
+}
+
+// resolvePort turns a named port into its number.
+func resolvePort(c *corev1.Container, p intstr.IntOrString) (int32, error) {
+	if p.Type == intstr.Int {
+		return p.IntVal, nil
+	}
+	i := slices.IndexFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == p.StrVal })
+	if i < 0 {
+		return 0, fmt.Errorf("named port %q not declared by the container", p.StrVal)
+	}
+	return c.Ports[i].ContainerPort, nil
+}
