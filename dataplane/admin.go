@@ -60,6 +60,7 @@ func (s *Server) startAdmin(cfg *config.Config) error {
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz/ready", s.readyHandler)
 	health.HandleFunc("/ready", s.readyHandler)
+	health.HandleFunc("/app-health/", s.appHealth)
 
 	promMux := http.NewServeMux()
 	promMux.Handle("/stats/prometheus", prom)

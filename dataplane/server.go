@@ -42,6 +42,9 @@ type Options struct {
 	// LogLevel, when set, is the level the admin /logging endpoint
 	// changes (the caller's logger should read it).
 	LogLevel *slog.LevelVar
+	// AppProbers are the app's probes the health port serves under
+	// /app-health/ (see ParseAppProbers).
+	AppProbers map[string]AppProber
 }
 
 // Server is a running data plane.

@@ -46,7 +46,11 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := dataplane.New(cfg, dataplane.Options{Logger: log, LogLevel: &lv})
+	probers, err := dataplane.ParseAppProbers(os.Getenv("MESHLET_APP_PROBERS"))
+	if err != nil {
+		return fmt.Errorf("run: MESHLET_APP_PROBERS: %w", err)
+	}
+	srv, err := dataplane.New(cfg, dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers})
 	if err != nil {
 		return err
 	}
