@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Removes what meshlet's bpf tests leave behind when they are killed:
+# cgroups, network namespaces (with their veths) and bpffs pins named
+# meshlet-test-<pid>-*. Kernel attachments need no sweeping: they are
+# bpf_links that die with the test process (see doc.go).
+#
+#   sweep.sh              remove leftovers of test processes that are gone
+#   sweep.sh --all        ... of live ones too
+#   sweep.sh --pid PID    ... of PID only, live or not
+#   sweep.sh --check      list instead of removing; exit 1 if there are any
+#                         (combines with --pid / --all)
+# Prints one line per leftover. Needs root to remove.
+set -euo pipefail
+
+prefix=meshlet-test-
+check=0 all=0 only=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--check) check=1 ;;
+	--all) all=1 ;;
+	--pid) only=$2; shift ;;
+	*) echo "usage: $0 [--check] [--all | --pid PID]" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+# selected NAME: is NAME (meshlet-test-<pid>-...) one to act on?
+selected() {
+	local pid=${1#"$prefix"}
+	pid=${pid%%-*}
+	case "$pid" in '' | *[!0-9]*) return 1 ;; esac
+	if [ -n "$only" ]; then [ "$pid" = "$only" ]; return; fi
+	[ "$all" = 1 ] && return 0
+	! kill -0 "$pid" 2>/dev/null
+}
+
+found=0
+
+# Cgroups, under every cgroup2 mount (nested ones first).
+while read -r _ mnt fstype _; do
+	[ "$fstype" = cgroup2 ] || continue
+	for dir in "$mnt/$prefix"*; do
+		[ -d "$dir" ] || continue
+		selected "$(basename "$dir")" || continue
+		found=1
+		echo "cgroup $dir"
+		[ "$check" = 1 ] && continue
+		# Helper processes left inside die first (cgroup.kill: Linux 5.14+).
+		find "$dir" -depth -type d | while read -r d; do
+			[ -f "$d/cgroup.kill" ] && echo 1 >"$d/cgroup.kill" 2>/dev/null || true
+		done
+		for _ in $(seq 50); do
+			find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+			[ -d "$dir" ] || break
+			sleep 0.1
+		done
+		[ -d "$dir" ] && echo "sweep.sh: could not remove cgroup $dir" >&2
+	done
+done </proc/mounts
+
+# Network namespaces (their veths and routes go with them).
+if command -v ip >/dev/null 2>&1; then
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+		case "$ns" in "$prefix"*) ;; *) continue ;; esac
+		selected "$ns" || continue
+		found=1
+		echo "netns $ns"
+		[ "$check" = 1 ] && continue
+		ip netns del "$ns" || echo "sweep.sh: could not remove netns $ns" >&2
+	done
+fi
+
+# Pins on any bpffs (the tests pin nothing; this is the check that they don't).
+while read -r _ mnt fstype _; do
+	[ "$fstype" = bpf ] || continue
+	for pin in "$mnt/$prefix"*; do
+		[ -e "$pin" ] || continue
+		selected "$(basename "$pin")" || continue
+		found=1
+		echo "pin $pin"
+		[ "$check" = 1 ] && continue
+		rm -rf "$pin"
+	done
+done </proc/mounts
+
+if [ "$check" = 1 ] && [ "$found" = 1 ]; then
+	exit 1
+fi
+exit 0
