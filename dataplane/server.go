@@ -263,6 +263,15 @@ func (s *Server) ListenerAddrs() map[string]string {
 	return out
 }
 
+// ListenerSockets returns the per-worker SO_REUSEPORT sockets of the
+// listener configured at addr, in worker order (the eBPF redirect registers
+// them for per-CPU steering), or nil.
+func (s *Server) ListenerSockets(addr string) []*net.TCPListener {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	return append([]*net.TCPListener(nil), s.listeners[addr]...)
+}
+
 // Reload swaps in a new config. An invalid config is refused with the
 // reason and the running one stays; connections are not dropped.
 func (s *Server) Reload(cfg *config.Config) error {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,7 +23,8 @@ func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "static config file (default: the embedded examples/sidecar/sidecar.yaml)")
-	redirect := fs.String("redirect", "none", "traffic capture: none (explicit listeners) or ebpf")
+	redirectMode := fs.String("redirect", "none", "traffic capture: none (explicit listeners) or ebpf")
+	podCgroup := fs.String("pod-cgroup", "", "with -redirect=ebpf: the pod's cgroup v2 directory (default: MESHLET_POD_CGROUP, else the parent of the sidecar's cgroup)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
 	if err := fs.Parse(args); err != nil {
@@ -34,12 +34,10 @@ func run(args []string, out io.Writer) error {
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("run: -log-level %q: want debug, info, warn or error", *level)
 	}
-	switch *redirect {
-	case "none":
-	case "ebpf":
-		return errors.New("run: -redirect=ebpf: the eBPF redirect is not built yet (bpf issue); use -redirect=none")
+	switch *redirectMode {
+	case "none", "ebpf":
 	default:
-		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirect)
+		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirectMode)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
 	cfg, err := loadConfig(*path)
@@ -50,7 +48,18 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("run: MESHLET_APP_PROBERS: %w", err)
 	}
-	srv, err := dataplane.New(cfg, dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers})
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers}
+	var rd *redirect
+	if *redirectMode == "ebpf" {
+		// Attach before any listener exists and before readiness: the
+		// app's connects are captured from the first one.
+		if rd, err = setupRedirect(cfg, *podCgroup); err != nil {
+			return err
+		}
+		defer rd.close()
+		opts.OriginalDst = originalDst
+	}
+	srv, err := dataplane.New(cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -58,6 +67,12 @@ func run(args []string, out io.Writer) error {
 	defer cancel()
 	if err := srv.Start(ctx); err != nil {
 		return err
+	}
+	if rd != nil {
+		if err := rd.registerSockets(srv); err != nil {
+			srv.Shutdown()
+			return err
+		}
 	}
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 

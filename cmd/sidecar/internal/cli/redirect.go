@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/meshlet-dev/meshlet/bpf"
+	"github.com/meshlet-dev/meshlet/dataplane"
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+)
+
+// redirect is the sidecar's eBPF traffic capture: loaded and attached to
+// the pod before the data plane opens its listeners (the sidecar's own
+// sockets are exempt by its cgroup), then fed the listeners' sockets.
+type redirect struct {
+	objs     *bpf.Objects
+	att      *bpf.Attachment
+	workers  *bpf.WorkerGroup
+	outbound string // config address of the outbound listener
+	inbound  string // config address of the inbound listener ("" none)
+}
+
+// setupRedirect loads the programs and attaches them to the pod: its
+// cgroup is podCgroup, else MESHLET_POD_CGROUP, else the parent of the
+// sidecar's own cgroup (its container's, in Kubernetes); its network
+// namespace is the sidecar's own. Exclusions come from the injector's
+// MESHLET_EXCLUDE_* variables.
+func setupRedirect(cfg *config.Config, podCgroup string) (*redirect, error) {
+	r := &redirect{}
+	opts := bpf.Options{}
+	for _, l := range cfg.Listeners {
+		switch {
+		case l.Direction == config.Outbound && r.outbound == "":
+			r.outbound = l.Address
+			ap, err := netip.ParseAddrPort(l.Address)
+			if err != nil || !ap.Addr().Is4() {
+				return nil, fmt.Errorf("redirect: outbound listener %q must be an IPv4 address:port", l.Address)
+			}
+			opts.OutboundIPv4 = ap
+		case l.Direction == config.Inbound && r.inbound == "":
+			r.inbound = l.Address
+		}
+	}
+	if r.outbound == "" {
+		return nil, fmt.Errorf("redirect: the config has no outbound listener to redirect to")
+	}
+	if podCgroup == "" {
+		podCgroup = os.Getenv("MESHLET_POD_CGROUP")
+	}
+	if podCgroup == "" {
+		own, err := bpf.CurrentCgroup()
+		if err != nil {
+			return nil, fmt.Errorf("redirect: %w", err)
+		}
+		podCgroup = filepath.Dir(own)
+	}
+	ex, err := exclusionsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if r.objs, err = bpf.Load(opts); err != nil {
+		return nil, fmt.Errorf("redirect: %w", err)
+	}
+	if err := r.objs.SetExclusions(ex); err != nil {
+		r.objs.Close()
+		return nil, fmt.Errorf("redirect: %w", err)
+	}
+	if r.att, err = r.objs.Attach(bpf.Pod{Cgroup: podCgroup, Netns: "/proc/self/ns/net"}); err != nil {
+		r.objs.Close()
+		return nil, fmt.Errorf("redirect: %w", err)
+	}
+	return r, nil
+}
+
+// originalDst is the data plane's hook: SO_ORIGINAL_DST, answered by the
+// cgroup/getsockopt program.
+func originalDst(c *net.TCPConn) (netip.AddrPort, bool) {
+	d, err := bpf.OriginalDst(c)
+	return d, err == nil
+}
+
+// registerSockets hands the running data plane's sockets to the programs:
+// the outbound workers' group for per-CPU steering, and the inbound socket
+// for sk_lookup.
+func (r *redirect) registerSockets(srv *dataplane.Server) error {
+	var err error
+	if r.workers, err = r.objs.RegisterWorkers(srv.ListenerSockets(r.outbound)); err != nil {
+		return fmt.Errorf("redirect: %w", err)
+	}
+	if r.inbound != "" {
+		if socks := srv.ListenerSockets(r.inbound); len(socks) > 0 {
+			if err := r.objs.SetInboundListener(socks[0]); err != nil {
+				return fmt.Errorf("redirect: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *redirect) close() {
+	if r == nil {
+		return
+	}
+	if r.workers != nil {
+		r.workers.Close()
+	}
+	r.att.Close()
+	r.objs.Close()
+}
+
+func exclusionsFromEnv() (bpf.Exclusions, error) {
+	var ex bpf.Exclusions
+	ports := func(env string) ([]uint16, error) {
+		var out []uint16
+		for _, f := range strings.Split(os.Getenv(env), ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			p, err := strconv.ParseUint(f, 10, 16)
+			if err != nil || p == 0 {
+				return nil, fmt.Errorf("redirect: %s: %q is not a port", env, f)
+			}
+			out = append(out, uint16(p))
+		}
+		return out, nil
+	}
+	var err error
+	if ex.OutboundPorts, err = ports("MESHLET_EXCLUDE_OUTBOUND_PORTS"); err != nil {
+		return ex, err
+	}
+	if ex.InboundPorts, err = ports("MESHLET_EXCLUDE_INBOUND_PORTS"); err != nil {
+		return ex, err
+	}
+	for _, f := range strings.Split(os.Getenv("MESHLET_EXCLUDE_OUTBOUND_CIDRS"), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return ex, fmt.Errorf("redirect: MESHLET_EXCLUDE_OUTBOUND_CIDRS: %q: %v", f, err)
+		}
+		ex.OutboundCIDRs = append(ex.OutboundCIDRs, p)
+	}
+	return ex, nil
+}

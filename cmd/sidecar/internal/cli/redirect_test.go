@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The real `sidecar run -redirect=ebpf` in a pod fixture: a network
+// namespace with no route out (so a VIP connect that escaped the redirect
+// could go nowhere) and a pod cgroup with "proxy" and "app" children. An app
+// process dials the Service VIP 10.96.0.10:80 and gets the upstream's
+// answer through the sidecar, whose access log names the upstream and the
+// route chosen by the original destination; the sidecar's own upstream
+// connection is not redirected (it reaches the upstream, not itself).
+//
+// Needs root (eBPF, cgroups, netns), as CI runs it.
+func TestRunWithEBPFRedirect(t *testing.T) {
+	if os.Getenv("MESHLET_E2E_INNER") == "1" {
+		inner(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test loads eBPF programs and builds cgroups and network namespaces: it needs root (CI runs as root)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatalf("iproute2 (ip) is needed for the network namespace: %v", err)
+	}
+	ns := fmt.Sprintf("meshlet-test-%d-sidecar", os.Getpid())
+	run := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	run("netns", "add", ns)
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	run("-n", ns, "link", "set", "lo", "up")
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestRunWithEBPFRedirect$", "-test.v")
+	cmd.Env = append(os.Environ(), "MESHLET_E2E_INNER=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("inside the pod namespace:\n%s", out)
+	if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+		t.Fatalf("inner run failed: %v", err)
+	}
+}
+
+// inner runs inside the namespace: it is the sidecar's host process.
+func inner(t *testing.T) {
+	// `ip netns exec` runs us in a private mount namespace with a fresh
+	// /sys, without the cgroup2 mount: mount the (same, global) hierarchy
+	// again where we can see it.
+	mnt := cgroup2Mount(t)
+	if mnt == "" {
+		mnt = t.TempDir()
+		if err := syscall.Mount("none", mnt, "cgroup2", 0, ""); err != nil {
+			t.Fatalf("mount cgroup2: %v", err)
+		}
+		defer syscall.Unmount(mnt, syscall.MNT_DETACH)
+	}
+	pod := filepath.Join(mnt, fmt.Sprintf("meshlet-test-%d-pod", os.Getpid()))
+	for _, d := range []string{pod, pod + "/proxy", pod + "/app"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orig := ownCgroupProcs(t, mnt)
+	// The test process plays the sidecar: it joins the proxy cgroup before
+	// creating any socket (hooks follow the cgroup a socket is made in).
+	moveSelf(t, pod+"/proxy/cgroup.procs")
+	defer func() {
+		moveSelf(t, orig)
+		for _, d := range []string{pod + "/app", pod + "/proxy", pod} {
+			os.Remove(d)
+		}
+	}()
+
+	upL, err := net.Listen("tcp", "127.0.0.2:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(upL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from upstream") }))
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`admin: 127.0.0.1:15000
+health: "off"
+prometheus: "off"
+access_log: {path: %q}
+listeners:
+  - name: outbound
+    address: 127.0.0.1:15001
+    routes:
+      - {name: vip, match: {destination: "10.96.0.10:80"}, cluster: up}
+clusters:
+  - name: up
+    load_assignment:
+      cluster_name: up
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.2, port_value: 8080}}}}]}]
+`, logPath)), 0o644)
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	go func() {
+		done <- run([]string{"-config", cfgPath, "-redirect", "ebpf", "-pod-cgroup", pod, "-watch", "0", "-log-level", "error"}, &out)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://127.0.0.1:15000/ready")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("sidecar exited: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sidecar not up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // workers registered after Start
+
+	// The app: this test binary again, started inside the app cgroup.
+	dir, err := os.Open(pod + "/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	app := exec.Command(os.Args[0], "-test.run=^TestRedirectApp$")
+	app.Env = append(os.Environ(), "MESHLET_E2E_APP=1")
+	app.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	got, err := app.CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "APP GOT: hello from upstream") || !strings.Contains(string(got), "PEER 10.96.0.10:80") {
+		t.Fatalf("the app through the sidecar: %v\n%s", err, got)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	logb, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(logb), `"GET / HTTP/1.1" 200 - `) || !strings.Contains(string(logb), `"127.0.0.2:8080"`) {
+		t.Errorf("access log:\n%s", logb)
+	}
+}
+
+// TestRedirectApp is the app process of TestRunWithEBPFRedirect; it does
+// nothing unless started by it.
+func TestRedirectApp(t *testing.T) {
+	if os.Getenv("MESHLET_E2E_APP") != "1" {
+		return
+	}
+	c, err := net.DialTimeout("tcp", "10.96.0.10:80", 3*time.Second)
+	if err != nil {
+		t.Fatalf("dial the VIP: %v", err)
+	}
+	defer c.Close()
+	fmt.Printf("PEER %s\n", c.RemoteAddr())
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("APP GOT: %s\n", b)
+}
+
+func cgroup2Mount(t *testing.T) string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" {
+				return f[4]
+			}
+		}
+	}
+	return ""
+}
+
+func ownCgroupProcs(t *testing.T, mnt string) string {
+	data, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(string(data), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(mnt, rel, "cgroup.procs")
+		}
+	}
+	t.Fatal("no cgroup v2 entry")
+	return ""
+}
+
+func moveSelf(t *testing.T, procs string) {
+	if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatalf("join %s: %v", procs, err)
+	}
+}
