@@ -358,13 +358,7 @@ func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			ex.stats.countCode(resp.StatusCode)
 			decision, backoff = rs.OnResponse(resp.StatusCode, resp.Header.Get("X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != lb.RetryYes {
-				if decision == lb.RetryLimitExceeded {
-					ex.flags |= lb.FlagURX
-					ex.stats.inc(cUpstreamRqRetryLimitExceeded)
-				} else if decision == lb.RetryOverflow {
-					ex.flags |= lb.FlagUO
-					ex.stats.inc(cUpstreamRqRetryOverflow)
-				}
+				ex.noRetry(decision)
 				if attempt > 0 && decision == lb.RetryNo {
 					ex.stats.inc(cUpstreamRqRetrySuccess)
 				}
@@ -384,13 +378,7 @@ func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				decision, backoff = rs.OnReset(lb.ResetReason(reason), true, w.retryAllowed(c))
 			}
 			if decision != lb.RetryYes {
-				if decision == lb.RetryLimitExceeded {
-					ex.flags |= lb.FlagURX
-					ex.stats.inc(cUpstreamRqRetryLimitExceeded)
-				} else if decision == lb.RetryOverflow {
-					ex.flags |= lb.FlagUO
-					ex.stats.inc(cUpstreamRqRetryOverflow)
-				}
+				ex.noRetry(decision)
 				return nil, err
 			}
 			ex.flags &^= lb.FlagUF | lb.FlagUC | lb.FlagUT | lb.FlagUR
@@ -406,6 +394,19 @@ func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, w.contextError(req, ex)
 		}
 		c.retriesActive.Add(-1)
+	}
+}
+
+// noRetry records why an attempt that could have been retried was not:
+// the retry limit (URX) or the retry circuit breaker / budget (UO).
+func (ex *exchange) noRetry(d lb.RetryDecision) {
+	switch d {
+	case lb.RetryLimitExceeded:
+		ex.flags |= lb.FlagURX
+		ex.stats.inc(cUpstreamRqRetryLimitExceeded)
+	case lb.RetryOverflow:
+		ex.flags |= lb.FlagUO
+		ex.stats.inc(cUpstreamRqRetryOverflow)
 	}
 }
 
