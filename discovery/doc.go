@@ -1,6 +1,9 @@
 // Package discovery turns configuration sources into the data plane's
-// config.Config: today the sidecar's static config file (ParseStatic,
-// LoadStaticFile); later Kubernetes objects and xDS.
+// config.Config: the sidecar's static config file (ParseStatic,
+// LoadStaticFile) and, on the sidecar, the control plane's xDS (ADSClient:
+// clusters, endpoints and the routes they carry, ACK / NACK, back-off, last
+// good configuration kept). The control plane's side, Kubernetes objects
+// to Envoy resources served over ADS, is package discovery/xds.
 //
 // The Envoy v3 translations (TranslateCluster,
 // TranslateClusterLoadAssignment, TranslateRetryPolicy) are written once

@@ -1,0 +1,354 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+)
+
+// Defaults of ADSOptions.
+const (
+	DefaultADSInitialBackoff = 250 * time.Millisecond
+	DefaultADSMaxBackoff     = 30 * time.Second
+)
+
+// ADSOptions configure an ADSClient.
+type ADSOptions struct {
+	// Conn is the connection to the control plane. Transport security and
+	// the ServiceAccount token (per-RPC credentials) are the caller's.
+	Conn grpc.ClientConnInterface
+	// Node identifies the sidecar to the control plane; Node.Id is
+	// required. Locality is the sidecar's own, if it knows it.
+	Node *corev3.Node
+	// Delta selects the incremental protocol (DeltaAggregatedResources)
+	// instead of the state of the world (StreamAggregatedResources).
+	Delta bool
+	// OnClusters receives every new complete set of clusters: each CDS
+	// cluster with the endpoints of its EDS assignment, sorted by name,
+	// including LocalClusterName when the control plane sends one. It is
+	// called from Run's goroutine and should not block for long; the
+	// slice is the callee's.
+	OnClusters func([]config.Cluster)
+	// OnRoutes, if set, receives the outbound routes of the same set (see
+	// ServiceRoutes), just before OnClusters.
+	OnRoutes func([]config.Route)
+	// InitialBackoff and MaxBackoff bound the jittered exponential
+	// back-off between streams (DefaultADSInitialBackoff,
+	// DefaultADSMaxBackoff). A stream that received a response resets it.
+	InitialBackoff, MaxBackoff time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// ADSStats are an ADSClient's counters.
+type ADSStats struct {
+	// Streams counts streams opened, Connected says whether the current
+	// one has received a response.
+	Streams   int
+	Connected bool
+	// Updates counts complete sets delivered to OnClusters.
+	Updates int
+	// ACKs and NACKs count responses accepted and rejected; LastNACK is
+	// the error_detail message of the last rejection.
+	ACKs, NACKs int
+	LastNACK    string
+}
+
+// ADSClient is the sidecar's ADS client. It subscribes to all clusters
+// (CDS) and to the load assignments (EDS) they name, translates them with
+// TranslateEDSCluster, ServiceRoutes and TranslateEDSLoadAssignment, ACKs
+// what translates and NACKs (with error_detail naming the failing field) a
+// response that does not, keeping what it had. Once every cluster has its
+// assignment, the complete set goes to OnClusters. It keeps the last good
+// configuration while the control plane is away and reconnects with
+// jittered back-off. Create it with NewADSClient, then call Run.
+type ADSClient struct {
+	opts  ADSOptions
+	log   *slog.Logger
+	ready chan struct{}
+
+	mu       sync.Mutex // guards the fields below, read by other goroutines
+	stats    ADSStats
+	clusters []config.Cluster
+	routes   []config.Route
+
+	st adsState // owned by Run's goroutine
+}
+
+// NewADSClient checks opts and returns a client; Run starts it.
+func NewADSClient(opts ADSOptions) (*ADSClient, error) {
+	switch {
+	case opts.Conn == nil:
+		return nil, errors.New("discovery: ads: no connection")
+	case opts.Node.GetId() == "":
+		return nil, errors.New("discovery: ads: node id required")
+	}
+	if opts.InitialBackoff <= 0 {
+		opts.InitialBackoff = DefaultADSInitialBackoff
+	}
+	if opts.MaxBackoff < opts.InitialBackoff {
+		opts.MaxBackoff = max(DefaultADSMaxBackoff, opts.InitialBackoff)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &ADSClient{
+		opts:  opts,
+		log:   log.With("component", "ads", "node", opts.Node.GetId()),
+		ready: make(chan struct{}),
+		st:    newADSState(),
+	}, nil
+}
+
+// Ready is closed once the first complete configuration has been
+// delivered: the sidecar's readiness.
+func (c *ADSClient) Ready() <-chan struct{} { return c.ready }
+
+// Clusters returns a copy of the last complete set of clusters delivered
+// (nil before the first).
+func (c *ADSClient) Clusters() []config.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cloneSlice(c.clusters)
+}
+
+// Routes returns a copy of the routes of the last complete set.
+func (c *ADSClient) Routes() []config.Route {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cloneSlice(c.routes)
+}
+
+// Stats returns a copy of the counters.
+func (c *ADSClient) Stats() ADSStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Run keeps a stream to the control plane open until ctx is done, then
+// returns nil. Call it once.
+func (c *ADSClient) Run(ctx context.Context) error {
+	bo := backoff{min: c.opts.InitialBackoff, max: c.opts.MaxBackoff}
+	for {
+		responded, err := c.runStream(ctx)
+		c.update(func(s *ADSStats) { s.Connected = false })
+		if ctx.Err() != nil {
+			return nil
+		}
+		if responded {
+			bo.reset()
+		}
+		d := bo.next()
+		c.log.Warn("ads stream ended; reconnecting", "error", err, "after", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (c *ADSClient) update(f func(*ADSStats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.mu.Unlock()
+}
+
+// adsStream is what runStream needs of either protocol's stream.
+type adsStream interface {
+	// subscribe sends the current subscriptions, first thing on a stream.
+	subscribe() error
+	// recv returns the next response.
+	recv() (any, error)
+	// handle applies a response and returns the ACK or NACK to send and
+	// what it rejected (nil when it was accepted).
+	handle(resp any) (request any, typeURL string, rejected error)
+	// send sends a request on the stream.
+	send(req any) error
+	// syncEDS sends an EDS subscription change if the clusters need one.
+	syncEDS() error
+}
+
+// runStream runs one stream until it fails or ctx is done; responded says
+// whether any response arrived.
+func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(c.opts.Conn)
+	var s adsStream
+	if c.opts.Delta {
+		str, err := ads.DeltaAggregatedResources(sctx)
+		if err != nil {
+			return false, fmt.Errorf("discovery: ads: open delta stream: %w", err)
+		}
+		s = &deltaStream{c: c, str: str, subscribed: map[string]bool{}}
+	} else {
+		str, err := ads.StreamAggregatedResources(sctx)
+		if err != nil {
+			return false, fmt.Errorf("discovery: ads: open stream: %w", err)
+		}
+		s = &sotwStream{c: c, str: str, nonces: map[string]string{}}
+	}
+	c.update(func(st *ADSStats) { st.Streams++ })
+	if err := s.subscribe(); err != nil {
+		return false, err
+	}
+
+	type received struct {
+		resp any
+		err  error
+	}
+	recvCh := make(chan received, 1)
+	go func() {
+		for {
+			resp, err := s.recv()
+			select {
+			case recvCh <- received{resp, err}:
+			case <-sctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	// A NACK repeated for the same type is delayed, doubling, so that a
+	// server that resends a rejected response does not spin. The server
+	// waits for the NACK before it answers that type again; other types
+	// go on meanwhile.
+	nacks := map[string]int{}
+	pending := map[string]any{}
+	fire := make(chan string)
+	for {
+		select {
+		case <-ctx.Done():
+			return responded, nil
+		case t := <-fire:
+			if req, ok := pending[t]; ok {
+				delete(pending, t)
+				if err := s.send(req); err != nil {
+					return responded, err
+				}
+			}
+		case r := <-recvCh:
+			if r.err != nil {
+				return responded, fmt.Errorf("discovery: ads: receive: %w", r.err)
+			}
+			if !responded {
+				responded = true
+				c.update(func(st *ADSStats) { st.Connected = true })
+			}
+			req, typeURL, rejected := s.handle(r.resp)
+			if req == nil {
+				continue // a type we never asked for
+			}
+			delete(pending, typeURL) // superseded by this response
+			if rejected == nil {
+				delete(nacks, typeURL)
+				c.update(func(st *ADSStats) { st.ACKs++ })
+				if err := s.send(req); err != nil {
+					return responded, err
+				}
+				if err := s.syncEDS(); err != nil {
+					return responded, err
+				}
+				c.publish()
+				continue
+			}
+			nacks[typeURL]++
+			c.update(func(st *ADSStats) { st.NACKs++; st.LastNACK = rejected.Error() })
+			c.log.Error("ads: rejected response", "type", typeURL, "error", rejected)
+			if n := nacks[typeURL]; n > 1 {
+				pending[typeURL] = req
+				d := min(c.opts.InitialBackoff<<min(n-2, 16), c.opts.MaxBackoff)
+				time.AfterFunc(d, func() {
+					select {
+					case fire <- typeURL:
+					case <-sctx.Done():
+					}
+				})
+				continue
+			}
+			if err := s.send(req); err != nil {
+				return responded, err
+			}
+			// A rejected CDS response still leaves the clusters we hold,
+			// whose assignments this stream may not have asked for yet.
+			if err := s.syncEDS(); err != nil {
+				return responded, err
+			}
+		}
+	}
+}
+
+// publish delivers the state if it is complete and differs from the last
+// delivery.
+func (c *ADSClient) publish() {
+	clusters, routes, ok := c.st.assemble()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	same := c.stats.Updates > 0 && equalConfig(c.clusters, clusters) && equalConfig(c.routes, routes)
+	if !same {
+		c.clusters, c.routes = clusters, routes
+		c.stats.Updates++
+	}
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	if c.opts.OnRoutes != nil {
+		c.opts.OnRoutes(cloneSlice(routes))
+	}
+	if c.opts.OnClusters != nil {
+		c.opts.OnClusters(cloneSlice(clusters))
+	}
+	select {
+	case <-c.ready:
+		c.log.Debug("ads: configuration updated", "clusters", len(clusters), "routes", len(routes))
+	default:
+		c.log.Info("ads: first complete configuration", "clusters", len(clusters), "routes", len(routes))
+		close(c.ready)
+	}
+}
+
+// nackStatus is the error_detail of a NACK.
+func nackStatus(err error) *statuspb.Status {
+	return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+}
+
+// backoff is a jittered exponential back-off: each delay is drawn from
+// [d/2, d) where d doubles from min to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(half+1)
+}

@@ -1,0 +1,303 @@
+package discovery
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// The xDS type URLs the client subscribes to.
+var (
+	clusterTypeURL  = typeURL(&clusterv3.Cluster{})
+	endpointTypeURL = typeURL(&endpointv3.ClusterLoadAssignment{})
+)
+
+func typeURL(m proto.Message) string {
+	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
+}
+
+// maxReportedErrors bounds the errors a NACK lists.
+const maxReportedErrors = 10
+
+// cdsEntry is one accepted cluster.
+type cdsEntry struct {
+	cluster config.Cluster // without endpoints
+	routes  []config.Route
+	eds     string // the assignment it needs
+	version string // delta resource version
+}
+
+// edsEntry is one accepted load assignment.
+type edsEntry struct {
+	la      LoadAssignment
+	version string // delta resource version
+}
+
+// adsState is what the client has accepted, across streams.
+type adsState struct {
+	clusters  map[string]*cdsEntry
+	clas      map[string]*edsEntry
+	cdsSynced bool              // a CDS response was accepted
+	versions  map[string]string // SotW version_info accepted, by type URL
+}
+
+func newADSState() adsState {
+	return adsState{clusters: map[string]*cdsEntry{}, clas: map[string]*edsEntry{}, versions: map[string]string{}}
+}
+
+// edsNames returns the assignments the clusters need, sorted.
+func (s *adsState) edsNames() []string {
+	set := make(map[string]bool, len(s.clusters))
+	for _, e := range s.clusters {
+		set[e.eds] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// dropUnused forgets assignments no cluster needs any more.
+func (s *adsState) dropUnused() {
+	need := make(map[string]bool, len(s.clusters))
+	for _, e := range s.clusters {
+		need[e.eds] = true
+	}
+	maps.DeleteFunc(s.clas, func(name string, _ *edsEntry) bool { return !need[name] })
+}
+
+// assemble returns the clusters with their endpoints and their routes, or
+// ok false while CDS has not been accepted or a cluster still waits for
+// its assignment.
+func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route, ok bool) {
+	if !s.cdsSynced {
+		return nil, nil, false
+	}
+	clusters = make([]config.Cluster, 0, len(s.clusters))
+	for _, name := range slices.Sorted(maps.Keys(s.clusters)) {
+		e := s.clusters[name]
+		la, ok := s.clas[e.eds]
+		if !ok {
+			return nil, nil, false
+		}
+		cl := e.cluster
+		la.la.ApplyTo(&cl)
+		clusters = append(clusters, cl)
+		routes = append(routes, e.routes...)
+	}
+	return clusters, routes, true
+}
+
+// decodeCluster translates the i-th resource of a CDS response.
+func decodeCluster(i int, a *anypb.Any) (string, *cdsEntry, error) {
+	var c clusterv3.Cluster
+	if err := unmarshalResource(a, &c); err != nil {
+		return "", nil, fmt.Errorf("discovery: CDS resources[%d]: %w", i, err)
+	}
+	cl, err := TranslateEDSCluster(&c)
+	if err != nil {
+		return c.GetName(), nil, err
+	}
+	routes, err := ServiceRoutes(&c)
+	if err != nil {
+		return c.GetName(), nil, err
+	}
+	return c.GetName(), &cdsEntry{cluster: cl, routes: routes, eds: EDSServiceName(&c)}, nil
+}
+
+// decodeAssignment translates the i-th resource of an EDS response.
+func decodeAssignment(i int, a *anypb.Any) (string, *edsEntry, error) {
+	var cla endpointv3.ClusterLoadAssignment
+	if err := unmarshalResource(a, &cla); err != nil {
+		return "", nil, fmt.Errorf("discovery: EDS resources[%d]: %w", i, err)
+	}
+	la, err := TranslateEDSLoadAssignment(&cla)
+	if err != nil {
+		return cla.GetClusterName(), nil, err
+	}
+	return cla.GetClusterName(), &edsEntry{la: la}, nil
+}
+
+// unmarshalResource decodes a, which must hold m's type.
+func unmarshalResource(a *anypb.Any, m proto.Message) error {
+	if want := typeURL(m); a.GetTypeUrl() != want {
+		return fmt.Errorf("@type %s (want %s)", a.GetTypeUrl(), want)
+	}
+	if err := a.UnmarshalTo(m); err != nil {
+		return fmt.Errorf("decode %s: %w", a.GetTypeUrl(), err)
+	}
+	return nil
+}
+
+// errorList collects a response's rejections into one error_detail.
+type errorList struct {
+	errs []error
+	more int
+}
+
+func (l *errorList) add(err error) {
+	if len(l.errs) < maxReportedErrors {
+		l.errs = append(l.errs, err)
+	} else {
+		l.more++
+	}
+}
+
+func (l *errorList) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, len(l.errs)+1)
+	for _, e := range l.errs {
+		msgs = append(msgs, e.Error())
+	}
+	if l.more > 0 {
+		msgs = append(msgs, fmt.Sprintf("and %d more", l.more))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// applySotwCDS replaces the clusters with a state-of-the-world CDS
+// response, or changes nothing and returns why.
+func (s *adsState) applySotwCDS(resources []*anypb.Any) error {
+	next := make(map[string]*cdsEntry, len(resources))
+	var errs errorList
+	for i, a := range resources {
+		name, e, err := decodeCluster(i, a)
+		switch {
+		case err != nil:
+			errs.add(err)
+		case next[name] != nil:
+			errs.add(fmt.Errorf("discovery: CDS resources[%d]: duplicate cluster %q", i, name))
+		default:
+			next[name] = e
+		}
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	s.clusters, s.cdsSynced = next, true
+	s.dropUnused()
+	return nil
+}
+
+// applySotwEDS stores the assignments of a state-of-the-world EDS
+// response (which may hold only some of them), or changes nothing and
+// returns why. Assignments no cluster needs are ignored.
+func (s *adsState) applySotwEDS(resources []*anypb.Any) error {
+	return s.applyAssignments(resources, nil, nil)
+}
+
+// applyAssignments translates EDS resources (named by names in delta,
+// by their cluster_name in SotW) and removes the removed ones; all or
+// nothing.
+func (s *adsState) applyAssignments(resources []*anypb.Any, names, versions []string) error {
+	need := make(map[string]bool, len(s.clusters))
+	for _, e := range s.clusters {
+		need[e.eds] = true
+	}
+	next := map[string]*edsEntry{}
+	var errs errorList
+	for i, a := range resources {
+		name, e, err := decodeAssignment(i, a)
+		if err == nil && names != nil && name != names[i] {
+			err = fmt.Errorf("discovery: EDS resources[%d]: resource %q holds load assignment %q", i, names[i], name)
+		}
+		switch {
+		case err != nil:
+			errs.add(err)
+		case !need[name]:
+		case next[name] != nil:
+			errs.add(fmt.Errorf("discovery: EDS resources[%d]: duplicate load assignment %q", i, name))
+		default:
+			if versions != nil {
+				e.version = versions[i]
+			}
+			next[name] = e
+		}
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	maps.Copy(s.clas, next)
+	return nil
+}
+
+// applyDeltaCDS applies an incremental CDS response, all or nothing.
+func (s *adsState) applyDeltaCDS(resources []*discoveryResource, removed []string) error {
+	next := maps.Clone(s.clusters)
+	var errs errorList
+	for i, r := range resources {
+		name, e, err := decodeCluster(i, r.resource)
+		switch {
+		case err != nil:
+			errs.add(err)
+		case name != r.name:
+			errs.add(fmt.Errorf("discovery: CDS resources[%d]: resource %q holds cluster %q", i, r.name, name))
+		default:
+			e.version = r.version
+			next[name] = e
+		}
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	for _, name := range removed {
+		delete(next, name)
+	}
+	s.clusters, s.cdsSynced = next, true
+	s.dropUnused()
+	return nil
+}
+
+// applyDeltaEDS applies an incremental EDS response, all or nothing. A
+// removed assignment that a cluster still needs leaves that cluster with
+// no endpoints.
+func (s *adsState) applyDeltaEDS(resources []*discoveryResource, removed []string) error {
+	anys := make([]*anypb.Any, len(resources))
+	names := make([]string, len(resources))
+	versions := make([]string, len(resources))
+	for i, r := range resources {
+		anys[i], names[i], versions[i] = r.resource, r.name, r.version
+	}
+	if err := s.applyAssignments(anys, names, versions); err != nil {
+		return err
+	}
+	need := map[string]bool{}
+	for _, e := range s.clusters {
+		need[e.eds] = true
+	}
+	for _, name := range removed {
+		if need[name] {
+			s.clas[name] = &edsEntry{la: LoadAssignment{OverprovisioningFactor: lb.DefaultOverprovisioningFactor}}
+		} else {
+			delete(s.clas, name)
+		}
+	}
+	return nil
+}
+
+// discoveryResource is a delta response's resource.
+type discoveryResource struct {
+	name, version string
+	resource      *anypb.Any
+}
+
+// equalConfig compares two deliveries.
+func equalConfig[T any](a, b []T) bool { return reflect.DeepEqual(a, b) }
+
+// cloneSlice returns a copy of s the callee may keep.
+func cloneSlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s)
+}

@@ -1,0 +1,143 @@
+package discovery
+
+import (
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+func anyOf(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func edsClusterNamed(t *testing.T, name, eds string) *anypb.Any {
+	var c clusterv3.Cluster
+	fromYAML(t, "name: "+name+"\ntype: EDS\neds_cluster_config: {eds_config: {ads: {}}, service_name: "+eds+"}\n", &c)
+	return anyOf(t, &c)
+}
+
+func assignment(t *testing.T, name string, addrs ...string) *anypb.Any {
+	y := "cluster_name: " + name + "\nendpoints: [{lb_endpoints: ["
+	for i, a := range addrs {
+		if i > 0 {
+			y += ", "
+		}
+		y += "{endpoint: {address: {socket_address: {address: " + a + ", port_value: 80}}}}"
+	}
+	var cla endpointv3.ClusterLoadAssignment
+	fromYAML(t, y+"]}]\n", &cla)
+	return anyOf(t, &cla)
+}
+
+// TestADSStateSotw: a cluster is delivered only with its assignment; a
+// bad response changes nothing; assignments no cluster needs are dropped.
+func TestADSStateSotw(t *testing.T) {
+	st := newADSState()
+	if _, _, ok := st.assemble(); ok {
+		t.Fatal("complete before CDS")
+	}
+	if err := st.applySotwCDS(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _, ok := st.assemble(); !ok || len(cs) != 0 {
+		t.Fatalf("empty CDS: %v %v", cs, ok)
+	}
+	if err := st.applySotwCDS([]*anypb.Any{edsClusterNamed(t, "a", "a-eds"), edsClusterNamed(t, "b", "")}); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, st.edsNames(), []string{"a-eds", "b"})
+	if _, _, ok := st.assemble(); ok {
+		t.Fatal("complete without assignments")
+	}
+	if err := st.applySotwEDS([]*anypb.Any{assignment(t, "a-eds", "10.0.0.1"), assignment(t, "unrelated", "10.0.0.9")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := st.assemble(); ok {
+		t.Fatal("complete without b's assignment")
+	}
+	if err := st.applySotwEDS([]*anypb.Any{assignment(t, "b", "10.0.0.2", "10.0.0.3")}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, ok := st.assemble()
+	if !ok {
+		t.Fatal("incomplete")
+	}
+	eq(t, []string{cs[0].Name, cs[1].Name}, []string{"a", "b"})
+	eq(t, len(cs[0].Endpoints), 1)
+	eq(t, len(cs[1].Endpoints), 2)
+
+	// One bad resource rejects the response; what was there stays.
+	err := st.applySotwEDS([]*anypb.Any{assignment(t, "a-eds", "10.0.0.5"), assignment(t, "b", "not-an-ip")})
+	wantErr(t, err, `load assignment "b"`, `"not-an-ip" is not an IP address`)
+	err = st.applySotwCDS([]*anypb.Any{edsClusterNamed(t, "a", "a-eds"), edsClusterNamed(t, "a", "a-eds"), anyOf(t, &endpointv3.ClusterLoadAssignment{})})
+	wantErr(t, err, `CDS resources[1]: duplicate cluster "a"`, "CDS resources[2]: @type type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment")
+	again, _, _ := st.assemble()
+	eq(t, again, cs)
+
+	// Dropping b drops its assignment.
+	if err := st.applySotwCDS([]*anypb.Any{edsClusterNamed(t, "a", "a-eds")}); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, len(st.clas), 1)
+}
+
+func TestADSStateDelta(t *testing.T) {
+	st := newADSState()
+	res := func(name string, a *anypb.Any) *discoveryResource {
+		return &discoveryResource{name: name, version: "v-" + name, resource: a}
+	}
+	if err := st.applyDeltaCDS([]*discoveryResource{res("a", edsClusterNamed(t, "a", "a")), res("b", edsClusterNamed(t, "b", "b"))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.applyDeltaEDS([]*discoveryResource{res("a", assignment(t, "a", "10.0.0.1")), res("b", assignment(t, "b", "10.0.0.2"))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, st.clusters["a"].version, "v-a")
+	eq(t, st.clas["b"].version, "v-b")
+	// A removed assignment a cluster still needs leaves it empty.
+	if err := st.applyDeltaEDS(nil, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, ok := st.assemble()
+	if !ok {
+		t.Fatal("incomplete")
+	}
+	eq(t, len(cs[1].Endpoints), 0)
+	eq(t, cs[1].OverprovisioningFactor, uint32(lb.DefaultOverprovisioningFactor))
+	// Removing a cluster; a resource under another name is an error.
+	if err := st.applyDeltaCDS(nil, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, st.edsNames(), []string{"a"})
+	err := st.applyDeltaCDS([]*discoveryResource{res("c", edsClusterNamed(t, "a", "a"))}, nil)
+	wantErr(t, err, `resource "c" holds cluster "a"`)
+}
+
+func TestBackoff(t *testing.T) {
+	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	for i, ceil := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		ceil *= time.Millisecond
+		if ceil > time.Second {
+			ceil = time.Second
+		}
+		d := b.next()
+		if d < ceil/2 || d > ceil {
+			t.Fatalf("attempt %d: %v not in [%v, %v]", i, d, ceil/2, ceil)
+		}
+	}
+	b.reset()
+	if d := b.next(); d > 100*time.Millisecond {
+		t.Fatalf("after reset: %v", d)
+	}
+}

@@ -1,0 +1,594 @@
+package xds
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// Defaults of Options.
+const (
+	DefaultDebounce         = 100 * time.Millisecond
+	DefaultMaxDebounceDelay = time.Second
+)
+
+// Options configure a Server.
+type Options struct {
+	// Debounce is the quiet time after a change before snapshots are
+	// rebuilt, so that a burst of changes becomes one new version per
+	// sidecar (DefaultDebounce).
+	Debounce time.Duration
+	// MaxDebounceDelay bounds how long a steady stream of changes can
+	// hold a rebuild back (DefaultMaxDebounceDelay).
+	MaxDebounceDelay time.Duration
+	// Authenticator identifies every stream; nil accepts all.
+	Authenticator Authenticator
+	// ClusterDomain defaults to DefaultClusterDomain.
+	ClusterDomain string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// ProxyInfo is what the control plane knows about a sidecar besides what
+// the sidecar says in its xDS node.
+type ProxyInfo struct {
+	// LocalService is the Service of the sidecar's pod, whose endpoints
+	// become its discovery.LocalClusterName; zero: none. When the stream
+	// is authenticated, its namespace must be the stream's.
+	LocalService types.NamespacedName
+	// Locality, when set, replaces the locality the sidecar reports (the
+	// control plane knows it from the pod's Node).
+	Locality *lb.Locality
+}
+
+// Stats are a Server's counters.
+type Stats struct {
+	// Rebuilds counts debounced rebuilds, Snapshots the snapshots set
+	// for sidecars (one per sidecar whose resources changed).
+	Rebuilds, Snapshots int
+	// Proxies are the sidecars known, Streams the open streams.
+	Proxies, Streams int
+	// NACKs counts rejected responses; Unauthenticated the streams
+	// refused for want of an identity, Denied those whose identity does
+	// not match the node's Service.
+	NACKs, Unauthenticated, Denied int
+	// ServiceErrors is the number of Services left out because they do
+	// not translate (see ServiceError).
+	ServiceErrors int
+}
+
+// Server is the ADS server of the control plane. It holds the Kubernetes
+// objects it is fed (UpsertService, UpsertEndpointSlice, UpsertNode,
+// SetPodMeshed and their deletions), translates changed Services with
+// TranslateService after a debounce, and gives each sidecar (xDS node id)
+// a snapshot of every cluster, its load assignments with failover
+// priorities for the sidecar's locality, and its local cluster. Sidecars
+// with the same locality and Service share one snapshot. It serves the
+// state-of-the-world and delta ADS through go-control-plane's snapshot
+// cache.
+type Server struct {
+	opts  Options
+	log   *slog.Logger
+	cache cachev3.SnapshotCache
+	xds   serverv3.Server
+	ctx   context.Context
+	stop  context.CancelFunc
+	kick  chan struct{}
+
+	mu sync.Mutex // guards the model and the published snapshots
+	// syncing is set by SetSynced; synced once a rebuild has translated
+	// what the informers delivered, and snapshots may go out.
+	syncing, synced bool
+	services        map[types.NamespacedName]*corev1.Service
+	slices          map[types.NamespacedName]*discoveryv1.EndpointSlice
+	nodes           map[string]*corev1.Node
+	meshed          map[types.NamespacedName]bool
+	dirty           map[types.NamespacedName]bool
+	allDirty        bool
+	results         map[types.NamespacedName]*translatedService
+	gen             *generation
+	proxies         map[string]*proxyState
+	stats           Stats
+
+	smu     sync.Mutex // guards streams
+	streams map[int64]*streamState
+}
+
+// proxyState is one sidecar.
+type proxyState struct {
+	info       ProxyInfo
+	registered bool        // by SetProxy
+	reported   lb.Locality // from its xDS node
+	streams    int
+	published  string // the group version it was last given
+}
+
+// streamState is one xDS stream.
+type streamState struct {
+	namespace, serviceAccount string
+	authenticated             bool
+	node                      string
+	sent                      map[string]sentResponse // by type URL (SotW)
+}
+
+type sentResponse struct{ nonce, version string }
+
+// NewServer returns a server; Register it on a gRPC server and Run it.
+func NewServer(opts Options) *Server {
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.MaxDebounceDelay < opts.Debounce {
+		opts.MaxDebounceDelay = max(DefaultMaxDebounceDelay, opts.Debounce)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{
+		opts:     opts,
+		log:      log.With("component", "xds"),
+		cache:    cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
+		kick:     make(chan struct{}, 1),
+		services: map[types.NamespacedName]*corev1.Service{},
+		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		nodes:    map[string]*corev1.Node{},
+		meshed:   map[types.NamespacedName]bool{},
+		dirty:    map[types.NamespacedName]bool{},
+		results:  map[types.NamespacedName]*translatedService{},
+		gen:      newGeneration(nil),
+		proxies:  map[string]*proxyState{},
+		streams:  map[int64]*streamState{},
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.xds = serverv3.NewServer(s.ctx, s.cache, s.callbacks())
+	return s
+}
+
+// Register adds the aggregated discovery service (ADS, state of the world
+// and delta) to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+}
+
+// Run rebuilds snapshots after changes until ctx is done; then the
+// server's streams end and Run returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kick:
+		}
+		start := time.Now()
+		t := time.NewTimer(s.opts.Debounce)
+	quiet:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-s.kick:
+				if left := s.opts.MaxDebounceDelay - time.Since(start); left > 0 {
+					t.Reset(min(s.opts.Debounce, left))
+				}
+			case <-t.C:
+				break quiet
+			}
+		}
+		s.rebuild()
+	}
+}
+
+// SetSynced tells the server its informers have synced. Until then it
+// answers no sidecar, so that a new sidecar waits for the mesh rather
+// than becoming ready on an empty one.
+func (s *Server) SetSynced() {
+	s.mu.Lock()
+	s.syncing = true
+	s.mu.Unlock()
+	s.changed()
+}
+
+// changed schedules a rebuild.
+func (s *Server) changed() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// UpsertService adds or replaces a Service.
+func (s *Server) UpsertService(svc *corev1.Service) {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	s.mu.Lock()
+	s.services[key] = svc
+	s.dirty[key] = true
+	s.mu.Unlock()
+	s.changed()
+}
+
+// DeleteService removes a Service.
+func (s *Server) DeleteService(key types.NamespacedName) {
+	s.mu.Lock()
+	delete(s.services, key)
+	s.dirty[key] = true
+	s.mu.Unlock()
+	s.changed()
+}
+
+// UpsertEndpointSlice adds or replaces an EndpointSlice.
+func (s *Server) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) {
+	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
+	s.mu.Lock()
+	if old := s.slices[key]; old != nil {
+		s.dirty[sliceService(old)] = true
+	}
+	s.slices[key] = es
+	s.dirty[sliceService(es)] = true
+	s.mu.Unlock()
+	s.changed()
+}
+
+// DeleteEndpointSlice removes an EndpointSlice.
+func (s *Server) DeleteEndpointSlice(key types.NamespacedName) {
+	s.mu.Lock()
+	if old := s.slices[key]; old != nil {
+		s.dirty[sliceService(old)] = true
+		delete(s.slices, key)
+	}
+	s.mu.Unlock()
+	s.changed()
+}
+
+func sliceService(es *discoveryv1.EndpointSlice) types.NamespacedName {
+	return types.NamespacedName{Namespace: es.Namespace, Name: es.Labels[discoveryv1.LabelServiceName]}
+}
+
+// UpsertNode adds or replaces a Node; only its topology labels matter.
+func (s *Server) UpsertNode(n *corev1.Node) {
+	s.mu.Lock()
+	old := s.nodes[n.Name]
+	s.nodes[n.Name] = n
+	changed := old == nil || nodeLocality(old) != nodeLocality(n)
+	if changed {
+		s.allDirty = true
+	}
+	s.mu.Unlock()
+	if changed {
+		s.changed()
+	}
+}
+
+// DeleteNode removes a Node.
+func (s *Server) DeleteNode(name string) {
+	s.mu.Lock()
+	delete(s.nodes, name)
+	s.allDirty = true
+	s.mu.Unlock()
+	s.changed()
+}
+
+func nodeLocality(n *corev1.Node) lb.Locality {
+	return lb.Locality{Region: n.Labels[lb.LabelRegion], Zone: n.Labels[lb.LabelZone], SubZone: n.Labels[lb.LabelSubZone]}
+}
+
+// SetPodMeshed records whether a pod runs a meshlet sidecar.
+func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool) {
+	s.mu.Lock()
+	if s.meshed[pod] == meshed {
+		s.mu.Unlock()
+		return
+	}
+	if meshed {
+		s.meshed[pod] = true
+	} else {
+		delete(s.meshed, pod)
+	}
+	for key := range s.services {
+		if key.Namespace == pod.Namespace {
+			s.dirty[key] = true
+		}
+	}
+	s.mu.Unlock()
+	s.changed()
+}
+
+// SetProxy records what the control plane knows of a sidecar; it applies
+// at once, connected or not.
+func (s *Server) SetProxy(nodeID string, info ProxyInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proxy(nodeID)
+	p.info, p.registered = info, true
+	s.publishLocked(nodeID, p)
+}
+
+// RemoveProxy forgets what SetProxy recorded.
+func (s *Server) RemoveProxy(nodeID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.proxies[nodeID]
+	if !ok {
+		return
+	}
+	p.info, p.registered = ProxyInfo{}, false
+	if p.streams == 0 {
+		s.forgetLocked(nodeID)
+		return
+	}
+	s.publishLocked(nodeID, p)
+}
+
+// ServiceError returns why a Service is left out, or nil.
+func (s *Server) ServiceError(key types.NamespacedName) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.results[key]; t != nil {
+		return t.err
+	}
+	return nil
+}
+
+// Stats returns a copy of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	st := s.stats
+	st.Proxies = len(s.proxies)
+	st.ServiceErrors = 0
+	for _, t := range s.results {
+		if t.err != nil {
+			st.ServiceErrors++
+		}
+	}
+	s.mu.Unlock()
+	s.smu.Lock()
+	st.Streams = len(s.streams)
+	s.smu.Unlock()
+	return st
+}
+
+// rebuild translates the changed Services and publishes new snapshots.
+func (s *Server) rebuild() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.syncing {
+		return
+	}
+	dirty := s.dirty
+	if s.allDirty {
+		dirty = maps.Clone(s.dirty)
+		for key := range s.services {
+			dirty[key] = true
+		}
+		for key := range s.results {
+			dirty[key] = true
+		}
+	}
+	s.dirty, s.allDirty = map[types.NamespacedName]bool{}, false
+	if len(dirty) > 0 {
+		s.translateLocked(dirty)
+		s.gen = newGeneration(s.gen)
+	}
+	s.synced = true
+	s.stats.Rebuilds++
+	for id, p := range s.proxies {
+		s.publishLocked(id, p)
+	}
+}
+
+// translateLocked translates the given Services.
+func (s *Server) translateLocked(keys map[types.NamespacedName]bool) {
+	byService := map[types.NamespacedName][]*discoveryv1.EndpointSlice{}
+	for _, es := range s.slices {
+		if key := sliceService(es); keys[key] {
+			byService[key] = append(byService[key], es)
+		}
+	}
+	for key := range keys {
+		svc := s.services[key]
+		if svc == nil {
+			delete(s.results, key)
+			continue
+		}
+		scs, err := TranslateService(ServiceInput{Service: svc, Slices: byService[key], Nodes: s.nodes,
+			MeshedPods: s.meshed, ClusterDomain: s.opts.ClusterDomain})
+		if err != nil {
+			s.log.Error("service left out of xDS", "service", key.String(), "error", err)
+		}
+		s.results[key] = newTranslatedService(scs, err)
+	}
+}
+
+// proxy returns the state of a sidecar, creating it.
+func (s *Server) proxy(nodeID string) *proxyState {
+	p, ok := s.proxies[nodeID]
+	if !ok {
+		p = &proxyState{}
+		s.proxies[nodeID] = p
+	}
+	return p
+}
+
+// publishLocked gives a sidecar its group's snapshot if that changed.
+func (s *Server) publishLocked(nodeID string, p *proxyState) {
+	if !s.synced {
+		return
+	}
+	key := groupKey{locality: p.reported, local: p.info.LocalService}
+	if p.info.Locality != nil {
+		key.locality = *p.info.Locality
+	}
+	g := s.gen.buildGroup(key, s.results)
+	if p.published == g.version {
+		return
+	}
+	if err := s.cache.SetSnapshot(context.Background(), nodeID, g.snap); err != nil {
+		s.log.Error("set snapshot", "node", nodeID, "error", err)
+		return
+	}
+	p.published = g.version
+	s.stats.Snapshots++
+}
+
+// forgetLocked drops a sidecar that has no stream and no SetProxy.
+func (s *Server) forgetLocked(nodeID string) {
+	delete(s.proxies, nodeID)
+	s.cache.ClearSnapshot(nodeID)
+}
+
+// callbacks hook the server into go-control-plane's stream handling.
+func (s *Server) callbacks() serverv3.Callbacks {
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc:      s.streamOpen,
+		DeltaStreamOpenFunc: s.streamOpen,
+		StreamClosedFunc:    func(id int64, _ *corev3.Node) { s.streamClosed(id) },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.streamClosed(id)
+		},
+		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail()); err != nil {
+				return err
+			}
+			if req.GetErrorDetail() != nil {
+				s.parkNACK(id, req)
+			}
+			return nil
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+			s.smu.Lock()
+			if st := s.streams[id]; st != nil {
+				st.sent[resp.GetTypeUrl()] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
+			}
+			s.smu.Unlock()
+		},
+		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail())
+		},
+	}
+}
+
+// streamOpen authenticates a stream.
+func (s *Server) streamOpen(ctx context.Context, id int64, _ string) error {
+	st := &streamState{sent: map[string]sentResponse{}}
+	if a := s.opts.Authenticator; a != nil {
+		ns, sa, err := a.Authenticate(ctx)
+		if err != nil {
+			s.mu.Lock()
+			s.stats.Unauthenticated++
+			s.mu.Unlock()
+			s.log.Warn("xds stream refused", "stream", id, "error", err)
+			return status.Errorf(codes.Unauthenticated, "xds: stream refused: %v", err)
+		}
+		st.namespace, st.serviceAccount, st.authenticated = ns, sa, true
+	}
+	s.smu.Lock()
+	s.streams[id] = st
+	s.smu.Unlock()
+	return nil
+}
+
+// streamRequest binds a stream to its node on the first request and
+// registers the sidecar; it logs NACKs.
+func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL string, nack *rpcstatus.Status) error {
+	s.smu.Lock()
+	st := s.streams[id]
+	if st == nil {
+		s.smu.Unlock()
+		return status.Error(codes.Internal, "xds: unknown stream")
+	}
+	first := st.node == ""
+	if first {
+		if node.GetId() == "" {
+			s.smu.Unlock()
+			return status.Error(codes.InvalidArgument, "xds: the first request must carry node.id")
+		}
+		st.node = node.GetId()
+	} else if node.GetId() != "" && node.GetId() != st.node {
+		s.smu.Unlock()
+		return status.Errorf(codes.InvalidArgument, "xds: node id changed from %q to %q on one stream", st.node, node.GetId())
+	}
+	nodeID, ns, authn := st.node, st.namespace, st.authenticated
+	s.smu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if nack != nil {
+		s.stats.NACKs++
+		s.log.Warn("sidecar rejected a response", "node", nodeID, "type", typeURL, "error", nack.GetMessage())
+	}
+	if !first {
+		return nil
+	}
+	p := s.proxy(nodeID)
+	if authn && p.info.LocalService.Namespace != "" && p.info.LocalService.Namespace != ns {
+		s.stats.Denied++
+		if p.streams == 0 && !p.registered {
+			delete(s.proxies, nodeID)
+		}
+		s.smu.Lock()
+		st.node = "" // not counted in streamClosed
+		s.smu.Unlock()
+		return status.Errorf(codes.PermissionDenied, "xds: node %q belongs to namespace %q, stream authenticated for %q",
+			nodeID, p.info.LocalService.Namespace, ns)
+	}
+	p.streams++
+	if l := node.GetLocality(); l != nil {
+		p.reported = lb.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+	}
+	s.publishLocked(nodeID, p)
+	return nil
+}
+
+// parkNACK makes a state-of-the-world NACK of the latest response wait
+// for the next snapshot: go-control-plane would otherwise answer the
+// NACK (which restates the last accepted version) with the rejected
+// version again, and again.
+func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	st := s.streams[id]
+	if st == nil {
+		return
+	}
+	if last, ok := st.sent[req.GetTypeUrl()]; ok && last.nonce == req.GetResponseNonce() {
+		req.VersionInfo = last.version
+	}
+}
+
+// streamClosed forgets a stream, and its sidecar when nothing else holds it.
+func (s *Server) streamClosed(id int64) {
+	s.smu.Lock()
+	st := s.streams[id]
+	delete(s.streams, id)
+	s.smu.Unlock()
+	if st == nil || st.node == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.proxies[st.node]
+	if !ok {
+		return
+	}
+	if p.streams--; p.streams <= 0 && !p.registered {
+		s.forgetLocked(st.node)
+	}
+}
