@@ -132,6 +132,10 @@ func (s *Server) readyHandler(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "DRAINING", http.StatusServiceUnavailable)
 		return
 	}
+	if s.notReady.Load() {
+		http.Error(w, "NOT READY: waiting for the control plane's first configuration", http.StatusServiceUnavailable)
+		return
+	}
 	fmt.Fprint(w, "LIVE\n")
 }
 

@@ -45,6 +45,9 @@ type Options struct {
 	// AppProbers are the app's probes the health port serves under
 	// /app-health/ (see ParseAppProbers).
 	AppProbers map[string]AppProber
+	// StartNotReady keeps readiness failing until SetReady(true), for a
+	// sidecar that waits for its first configuration from the control plane.
+	StartNotReady bool
 }
 
 // Server is a running data plane.
@@ -68,6 +71,7 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	draining atomic.Bool
+	notReady atomic.Bool
 	conns    sync.WaitGroup
 	mainDone chan struct{}
 	started  time.Time
@@ -153,6 +157,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.notReady.Store(opts.StartNotReady)
 	n := opts.Workers
 	if n <= 0 {
 		n = Workers()
@@ -167,6 +172,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.state.Store(st)
 	return s, nil
 }
+
+// SetReady sets readiness (see Options.StartNotReady); draining always
+// reports not ready.
+func (s *Server) SetReady(ready bool) { s.notReady.Store(!ready) }
 
 // newRandom returns a PCG source seeded from the OS.
 func newRandom() lb.Random {

@@ -27,6 +27,8 @@ func run(args []string, out io.Writer) error {
 	podCgroup := fs.String("pod-cgroup", "", "with -redirect=ebpf: the pod's cgroup v2 directory (default: MESHLET_POD_CGROUP, else the parent of the sidecar's cgroup)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
+	xdsAddr := fs.String("xds", "", "control plane address for clusters and routes over ADS (merged into the static config)")
+	nodeID := fs.String("node-id", "", "xDS node id (default: the config's node.id)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
 	}
@@ -48,7 +50,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("run: MESHLET_APP_PROBERS: %w", err)
 	}
-	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers}
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != ""}
 	var rd *redirect
 	if *redirectMode == "ebpf" {
 		// Attach before any listener exists and before readiness: the
@@ -73,6 +75,19 @@ func run(args []string, out io.Writer) error {
 			srv.Shutdown()
 			return err
 		}
+	}
+	if *xdsAddr != "" {
+		id := *nodeID
+		if id == "" {
+			id = cfg.Node.ID
+		}
+		// Not ready until the first complete configuration has arrived.
+		x, err := startXDS(ctx, *xdsAddr, id, cfg, srv, log)
+		if err != nil {
+			srv.Shutdown()
+			return err
+		}
+		defer x.close()
 	}
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 
