@@ -74,7 +74,9 @@ clusters: []
 `, admin, listen)), 0o644)
 	done := make(chan error, 1)
 	var out bytes.Buffer
-	go func() { done <- run([]string{"-config", path, "-xds", gl.Addr().String(), "-watch", "0", "-log-level", "error"}, &out) }()
+	go func() {
+		done <- run([]string{"-config", path, "-xds", gl.Addr().String(), "-watch", "0", "-log-level", "error"}, &out)
+	}()
 	waitReady := func() bool {
 		resp, err := http.Get("http://" + admin + "/ready")
 		if err != nil {
