@@ -1,9 +1,9 @@
 # meshlet — `make test` is what CI runs (through .ci/run).
 GO ?= go
 
-.PHONY: test fmt vet unit vectors demo bench
+.PHONY: test fmt vet unit vectors e2e demo bench
 
-test: fmt vet unit vectors
+test: fmt vet unit vectors e2e
 
 # gofmt must have nothing to say (generated BPF bindings excepted).
 fmt:
@@ -12,6 +12,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
 
 # All tests; fuzz targets run on their seed corpus only.
 unit:
@@ -22,9 +23,15 @@ unit:
 vectors:
 	@$(GO) test -count=1 -run '^TestEnvoyVectors$$' -v ./lb/ | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
 
-# meshlet's main job on its embedded default scenario.
+# End-to-end tests against a real etcd + kube-apiserver + controller
+# manager, built from the module proxy by e2e/k8s-tools.sh (cached outside
+# the clone; ~10 min the first time).
+e2e:
+	$(GO) test -tags e2e -count=1 ./e2e/
+
+# meshlet's main job, live, on its embedded default config.
 demo:
-	$(GO) run ./cmd/sidecar lb simulate
+	$(GO) run ./cmd/sidecar demo
 
 bench:
 	bench/lb.sh

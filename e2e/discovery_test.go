@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/xds"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// TestDiscoveryAgainstARealAPIServer: zone-labelled Nodes, pods bound to
+// them and marked Running/Ready through the status subresource, the real
+// EndpointSlice controller; the control plane's informers and ADS server;
+// a sidecar's ADS client sees the service's cluster with its zones and
+// health, then a pod going not-ready and a deleted pod.
+func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
+	c := StartCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := c.Client
+	for _, z := range []string{"a", "b", "c"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + z, Labels: map[string]string{lb.LabelRegion: "r1", lb.LabelZone: "zone-" + z}}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDefaultSA(t, "shop")
+	svc, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setReady := func(name string, ip string, ready bool) {
+		p, err := cs.CoreV1().Pods("shop").Get(ctx, name, metaGet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}, {Type: corev1.ContainersReady, Status: st}}
+		if _, err := cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, z := range []string{"a", "b", "c"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-" + z, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{NodeName: "node-" + z, Containers: []corev1.Container{{Name: "web", Image: "web:1",
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}
+		if _, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		setReady(p.Name, fmt.Sprintf("10.244.%d.10", i+1), true)
+	}
+
+	cp := xds.NewServer(xds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	go cp.Run(ctx)
+	go xds.RunInformers(ctx, cs, cp, 0)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	g := grpc.NewServer()
+	cp.Register(g)
+	go g.Serve(l)
+	defer g.Stop()
+	conn, _ := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	client, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn,
+		Node: &corev3.Node{Id: "sidecar-1", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go client.Run(ctx)
+
+	name := xds.ClusterName(xds.ServiceHost(types.NamespacedName{Namespace: "shop", Name: "web"}, xds.DefaultClusterDomain), 80)
+	wait := func(what string, want func(map[string]string) bool) {
+		t.Helper()
+		var last map[string]string
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			last = endpointsOf(client.Clusters(), name)
+			if want(last) {
+				return
+			}
+		}
+		t.Fatalf("%s: cluster %q endpoints %v (clusters %d)\n%s", what, name, last, len(client.Clusters()), c.Log("kube-controller-manager"))
+	}
+	wait("three zones, healthy", func(m map[string]string) bool {
+		return m["10.244.1.10:8080"] == "zone-a/healthy" && m["10.244.2.10:8080"] == "zone-b/healthy" && m["10.244.3.10:8080"] == "zone-c/healthy"
+	})
+	setReady("web-c", "10.244.3.10", false)
+	wait("web-c not ready", func(m map[string]string) bool {
+		return m["10.244.3.10:8080"] != "" && !strings.HasSuffix(m["10.244.3.10:8080"], "/healthy")
+	})
+	zero := int64(0)
+	if err := cs.CoreV1().Pods("shop").Delete(ctx, "web-b", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	wait("web-b deleted", func(m map[string]string) bool { _, ok := m["10.244.2.10:8080"]; return !ok && len(m) == 2 })
+	// The route carries the Service's cluster IP.
+	found := false
+	for _, r := range client.Routes() {
+		found = found || (r.Cluster == name && r.Destination == svc.Spec.ClusterIP+":80")
+	}
+	if !found {
+		t.Errorf("no route for %s:80 to %s: %+v", svc.Spec.ClusterIP, name, client.Routes())
+	}
+}
+
+// endpointsOf maps a cluster's endpoints to "zone/health".
+func endpointsOf(clusters []config.Cluster, name string) map[string]string {
+	out := map[string]string{}
+	for _, c := range clusters {
+		if c.Name != name {
+			continue
+		}
+		for _, ep := range c.Endpoints {
+			h := "healthy"
+			switch ep.Health {
+			case lb.EDSUnhealthy:
+				h = "unhealthy"
+			case lb.EDSDraining:
+				h = "draining"
+			}
+			out[ep.Address] = ep.Locality.Zone + "/" + h
+		}
+	}
+	return out
+}

@@ -1,0 +1,247 @@
+//go:build e2e
+
+// Package e2e holds meshlet's end-to-end tests against a real Kubernetes
+// control plane: etcd, kube-apiserver and kube-controller-manager built
+// from the Go module proxy by e2e/k8s-tools.sh and run on 127.0.0.1. There
+// are no kubelets: pods are bound to zone-labelled Node objects and their
+// status is patched, and the real EndpointSlice controller does the rest.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Dir        string
+	Kubeconfig string
+	Config     *rest.Config
+	Client     *kubernetes.Clientset
+	Bin        string
+	CA         *x509.Certificate
+	caKey      *ecdsa.PrivateKey
+	procs      []*exec.Cmd
+	logs       map[string]*bytes.Buffer
+}
+
+// freePort returns a loopback port nothing listens on.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// k8sBin builds (or finds cached) the control-plane binaries.
+func k8sBin(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("MESHLET_K8S_BIN"); d != "" {
+		return d
+	}
+	out, err := exec.Command("bash", "k8s-tools.sh").Output()
+	if err != nil {
+		t.Fatalf("e2e/k8s-tools.sh (builds etcd, kube-apiserver, kube-controller-manager, kubectl; ~10 min cold): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// StartCluster starts etcd, kube-apiserver and kube-controller-manager and
+// waits until the default ServiceAccount exists (pods are refused before).
+func StartCluster(t *testing.T) *Cluster {
+	t.Helper()
+	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}}
+	t.Cleanup(c.stop)
+	c.pki(t)
+	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	c.start(t, "etcd", "--data-dir="+filepath.Join(c.Dir, "etcd"), "--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peerPort), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peerPort),
+		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", peerPort), "--unsafe-no-fsync=true", "--log-level=warn")
+	p := func(n string) string { return filepath.Join(c.Dir, n) }
+	c.start(t, "kube-apiserver", "--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
+		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		"--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"), "--client-ca-file="+p("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local", "--service-account-key-file="+p("sa.pub"),
+		"--service-account-signing-key-file="+p("sa.key"), "--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+		"--allow-privileged=true", "--cert-dir="+p("apiserver-certs"))
+	c.writeKubeconfig(t, apiPort)
+	c.waitAPI(t)
+	c.start(t, "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--use-service-account-credentials=true",
+		"--service-account-private-key-file="+p("sa.key"), "--root-ca-file="+p("ca.crt"), "--bind-address=127.0.0.1", "--secure-port=0",
+		"--controllers=endpointslice-controller,endpointslice-mirroring-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller,deployment-controller,replicaset-controller,root-ca-certificate-publisher-controller")
+	c.waitDefaultSA(t, "default")
+	return c
+}
+
+func (c *Cluster) start(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
+	buf := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	c.procs = append(c.procs, cmd)
+	c.logs[name] = buf
+}
+
+func (c *Cluster) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Process.Kill()
+		c.procs[i].Wait()
+	}
+}
+
+// Log returns a component's output (for failure messages).
+func (c *Cluster) Log(name string) string {
+	if b := c.logs[name]; b != nil {
+		s := b.String()
+		if len(s) > 4000 {
+			s = s[len(s)-4000:]
+		}
+		return s
+	}
+	return ""
+}
+
+func (c *Cluster) waitAPI(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := c.Client.Discovery().ServerVersion(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver not up:\n%s", c.Log("kube-apiserver"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) waitDefaultSA(t *testing.T, ns string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := c.Client.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metaGet); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no default ServiceAccount in %s:\n%s", ns, c.Log("kube-controller-manager"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Kubectl runs the built kubectl against the cluster.
+func (c *Cluster) Kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(c.Bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// pki writes a CA, the API server's serving certificate, an admin client
+// certificate and the ServiceAccount signing keys.
+func (c *Cluster) pki(t *testing.T) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meshlet-e2e-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	c.CA, _ = x509.ParseCertificate(caDER)
+	c.caKey = caKey
+	writePEM(t, filepath.Join(c.Dir, "ca.crt"), "CERTIFICATE", caDER)
+	c.issue(t, "apiserver", pkix.Name{CommonName: "kube-apiserver"}, []string{"localhost", "kubernetes.default.svc"},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	c.issue(t, "admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, nil, nil, x509.ExtKeyUsageClientAuth)
+	sa, _ := rsa.GenerateKey(rand.Reader, 2048)
+	writePEM(t, filepath.Join(c.Dir, "sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(sa))
+	pub, _ := x509.MarshalPKIXPublicKey(&sa.PublicKey)
+	writePEM(t, filepath.Join(c.Dir, "sa.pub"), "PUBLIC KEY", pub)
+}
+
+// Issue signs a certificate from the cluster CA and writes name.crt and
+// name.key; it returns the paths.
+func (c *Cluster) issue(t *testing.T, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: subj, DNSNames: dns, IPAddresses: ips,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.CA, &key.PublicKey, c.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, _ := x509.MarshalECPrivateKey(key)
+	crt, k := filepath.Join(c.Dir, name+".crt"), filepath.Join(c.Dir, name+".key")
+	writePEM(t, crt, "CERTIFICATE", der)
+	writePEM(t, k, "EC PRIVATE KEY", kd)
+	return crt, k
+}
+
+// ServingCert issues a serving certificate for 127.0.0.1 (webhooks).
+func (c *Cluster) ServingCert(t *testing.T, name string) (certFile, keyFile string) {
+	return c.issue(t, name, pkix.Name{CommonName: name}, []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+}
+
+// CAPEM is the cluster CA certificate in PEM.
+func (c *Cluster) CAPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.CA.Raw})
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *Cluster) writeKubeconfig(t *testing.T, port int) {
+	t.Helper()
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:%d", certificate-authority: %q}}]
+users: [{name: admin, user: {client-certificate: %q, client-key: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
+current-context: e2e
+`, port, filepath.Join(c.Dir, "ca.crt"), filepath.Join(c.Dir, "admin.crt"), filepath.Join(c.Dir, "admin.key"))
+	if err := os.WriteFile(c.Kubeconfig, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Config = cfg
+	c.Client = kubernetes.NewForConfigOrDie(cfg)
+}
