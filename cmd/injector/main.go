@@ -1,18 +1,30 @@
-// Command injector is meshlet's control plane. Today it offers the dry run
-// of sidecar injection: `injector inject -f manifest.yaml` prints the
-// manifest as admission would store it (like `istioctl kube-inject`).
+// Command injector is meshlet's control plane: `injector serve` runs the
+// injection webhook, the mesh CA with SDS, xDS discovery and metrics
+// (package injector); `injector inject -f manifest.yaml` prints a manifest
+// as admission would store it (like `istioctl kube-inject`).
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshlet-dev/meshlet/injector"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 const usage = `usage:
+  injector serve [-kubeconfig FILE] [-namespace meshlet-system] [-trust-domain cluster.local] [-image IMAGE]
+      run the control plane (in-cluster config unless -kubeconfig)
   injector inject -f manifest.yaml [-image IMAGE] [-server-minor 30]
       print the manifest with the meshlet sidecar injected into its Pods and pod templates ("-f -" reads stdin)`
 
@@ -24,6 +36,9 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, out io.Writer) error {
+	if len(args) > 0 && args[0] == "serve" {
+		return serve(args[1:])
+	}
 	if len(args) == 0 || args[0] != "inject" {
 		return fmt.Errorf("%s", usage)
 	}
@@ -52,4 +67,38 @@ func run(args []string, stdin io.Reader, out io.Writer) error {
 	}
 	_, err = out.Write(res)
 	return err
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	opts := injector.DefaultOptions()
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
+	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the CA Secret")
+	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain")
+	fs.StringVar(&opts.Sidecar.Image, "image", opts.Sidecar.Image, "sidecar image to inject")
+	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "webhook HTTPS listen address")
+	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "SDS + xDS listen address")
+	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "metrics listen address")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("serve: %w\n%s", err, usage)
+	}
+	var cfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("serve: kubernetes config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return injector.New(client, opts).Run(ctx)
 }

@@ -1,0 +1,324 @@
+// Package injector assembles meshlet's control-plane process (cmd/injector
+// serve): the mesh CA loaded from (or created once in) a Secret, the
+// sidecar-injection webhook served over HTTPS with a certificate the CA
+// issues, a sync loop that keeps the MutatingWebhookConfiguration's caBundle
+// and every namespace's root-CA ConfigMap current, the SDS and xDS servers on
+// one TLS gRPC port, and Prometheus metrics.
+package injector
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshlet-dev/meshlet/discovery/xds"
+	"github.com/meshlet-dev/meshlet/mtls"
+	"github.com/meshlet-dev/meshlet/mtls/kubeca"
+	"github.com/meshlet-dev/meshlet/sds"
+	"github.com/meshlet-dev/meshlet/sds/kubeauth"
+	"github.com/meshlet-dev/meshlet/webhook"
+)
+
+// Options configure the control plane.
+type Options struct {
+	// Namespace is where the CA Secret lives (meshlet-system).
+	Namespace string
+	// CASecret names the Secret holding the mesh CA.
+	CASecret string
+	// WebhookConfig names the MutatingWebhookConfiguration to keep patched.
+	WebhookConfig string
+	// RootCAConfigMap is published to every namespace (pods mount it).
+	RootCAConfigMap string
+	// TrustDomain of the mesh's SPIFFE IDs.
+	TrustDomain string
+	// Hosts are the names in the serving certificates (the Service's DNS
+	// names, and 127.0.0.1 in tests).
+	Hosts []string
+	// WebhookAddr, GRPCAddr (SDS + xDS) and MonitoringAddr listen addresses.
+	WebhookAddr, GRPCAddr, MonitoringAddr string
+	// Sidecar is the injected sidecar's configuration.
+	Sidecar webhook.Config
+	// SyncInterval of the caBundle / ConfigMap loop (default 10 s).
+	SyncInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// DefaultOptions are the production settings of deploy/meshlet.yaml.
+func DefaultOptions() Options {
+	return Options{Namespace: "meshlet-system", CASecret: "meshlet-ca", WebhookConfig: "meshlet-injector",
+		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: "cluster.local",
+		Hosts:       []string{"meshlet-injector.meshlet-system.svc", "meshlet-injector.meshlet-system.svc.cluster.local"},
+		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", Sidecar: webhook.DefaultConfig(), SyncInterval: 10 * time.Second}
+}
+
+// Server is a running control plane.
+type Server struct {
+	opts    Options
+	client  kubernetes.Interface
+	ca      *mtls.CA
+	rootPEM []byte
+	log     *slog.Logger
+	addrs   map[string]string
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	ready   chan struct{}
+}
+
+// Addrs returns the bound listen addresses by role (webhook, grpc,
+// monitoring), once Run has started them.
+func (s *Server) Addrs() map[string]string {
+	<-s.ready
+	return s.addrs
+}
+
+// New prepares a control plane on client; Run starts it.
+func New(client kubernetes.Interface, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = 10 * time.Second
+	}
+	return &Server{opts: opts, client: client, log: opts.Logger, addrs: map[string]string{}, ready: make(chan struct{})}
+}
+
+// Run loads or creates the CA, starts every server and loop, and blocks
+// until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	td, err := spiffeid.TrustDomainFromString(s.opts.TrustDomain)
+	if err != nil {
+		return fmt.Errorf("injector: trust domain %q: %w", s.opts.TrustDomain, err)
+	}
+	ca, created, err := mtls.LoadOrCreateCA(ctx, &kubeca.SecretStore{Client: s.client, Namespace: s.opts.Namespace, Name: s.opts.CASecret},
+		mtls.CAOptions{TrustDomain: td})
+	if err != nil {
+		return fmt.Errorf("injector: mesh CA: %w", err)
+	}
+	s.ca = ca
+	s.rootPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root().Raw})
+	s.log.Info("mesh CA ready", "created", created, "secret", s.opts.Namespace+"/"+s.opts.CASecret)
+
+	cfg := s.opts.Sidecar
+	if v, err := s.client.Discovery().ServerVersion(); err == nil {
+		if m, err := strconv.Atoi(trimPlus(v.Minor)); err == nil {
+			cfg.ServerMinor = m
+		}
+	}
+	f := informers.NewSharedInformerFactory(s.client, 0)
+	nsLister := f.Core().V1().Namespaces().Lister()
+	f.Core().V1().Namespaces().Informer()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+
+	reg := prometheus.NewRegistry()
+	in := &webhook.Injector{Config: cfg, Log: s.log, Namespaces: func(ns string) (map[string]string, bool) {
+		n, err := nsLister.Get(ns)
+		if err != nil {
+			return nil, false
+		}
+		return n.Labels, true
+	}}
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meshlet_injector_admission_duration_seconds",
+		Help: "Time to answer an admission review.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	reg.MustRegister(latency)
+	for _, r := range []struct {
+		name string
+		c    func() uint64
+	}{{"injected", in.Injected.Load}, {"skipped", in.Skipped.Load}, {"error", in.Errored.Load}} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "meshlet_injector_injections_total",
+			Help: "Admission reviews by result.", ConstLabels: prometheus.Labels{"result": r.name}}, func() float64 { return float64(r.c()) }))
+	}
+
+	webhookMux := http.NewServeMux()
+	webhookMux.Handle("/inject", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		in.ServeHTTP(w, r)
+		latency.Observe(time.Since(start).Seconds())
+	}))
+	wl, err := tls.Listen("tcp", s.opts.WebhookAddr, &tls.Config{GetCertificate: s.servingCert, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return fmt.Errorf("injector: webhook listener %s: %w", s.opts.WebhookAddr, err)
+	}
+	webhookSrv := &http.Server{Handler: webhookMux, ReadHeaderTimeout: 10 * time.Second}
+	go webhookSrv.Serve(wl)
+	defer webhookSrv.Close()
+
+	// SDS and xDS share one TLS gRPC port.
+	sdsSrv, err := sds.NewServer(sds.ServerConfig{CA: ca, Authenticator: &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}},
+		ServingHosts: s.opts.Hosts, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("injector: sds: %w", err)
+	}
+	tlsCfg, err := sdsSrv.TLSConfig()
+	if err != nil {
+		return fmt.Errorf("injector: sds tls: %w", err)
+	}
+	xdsSrv := xds.NewServer(xds.Options{Logger: s.log})
+	// The SDS client pings every minute on idle streams: allow it.
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second, PermitWithoutStream: true}))
+	sdsSrv.Register(g)
+	xdsSrv.Register(g)
+	gl, err := net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("injector: grpc listener %s: %w", s.opts.GRPCAddr, err)
+	}
+	go g.Serve(gl)
+	defer g.Stop()
+	go xdsSrv.Run(ctx)
+	go func() {
+		if err := xds.RunInformers(ctx, s.client, xdsSrv, 0); err != nil {
+			s.log.Error("discovery informers stopped", "err", err)
+		}
+	}()
+
+	monMux := http.NewServeMux()
+	monMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	monMux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
+	ml, err := net.Listen("tcp", s.opts.MonitoringAddr)
+	if err != nil {
+		return fmt.Errorf("injector: monitoring listener %s: %w", s.opts.MonitoringAddr, err)
+	}
+	monSrv := &http.Server{Handler: monMux, ReadHeaderTimeout: 10 * time.Second}
+	go monSrv.Serve(ml)
+	defer monSrv.Close()
+	s.addrs = map[string]string{"webhook": wl.Addr().String(), "grpc": gl.Addr().String(), "monitoring": ml.Addr().String()}
+	close(s.ready)
+
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		s.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func trimPlus(s string) string {
+	for i, r := range s {
+		if r < '0' || r > '9' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// servingCert issues the webhook's certificate from the mesh CA and
+// re-issues it past half its life; the caBundle is the CA root, so every
+// replica's certificate is trusted and restarts change nothing.
+func (s *Server) servingCert(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cert != nil && s.cert.Leaf != nil {
+		half := s.cert.Leaf.NotBefore.Add(s.cert.Leaf.NotAfter.Sub(s.cert.Leaf.NotBefore) / 2)
+		if time.Now().Before(half) {
+			return s.cert, nil
+		}
+	}
+	c, err := s.ca.IssueServingCertificate(s.opts.Hosts, 0)
+	if err != nil {
+		return nil, err
+	}
+	if c.Leaf == nil && len(c.Certificate) > 0 {
+		c.Leaf, _ = x509.ParseCertificate(c.Certificate[0])
+	}
+	s.cert = c
+	return c, nil
+}
+
+// sync is the idempotent reconcile: the webhook configuration's caBundle
+// is the mesh root, and every namespace has the root-CA ConfigMap.
+func (s *Server) sync(ctx context.Context) {
+	if err := s.syncCABundle(ctx); err != nil {
+		s.log.Warn("caBundle sync", "err", err)
+	}
+	nss, err := s.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.log.Warn("root CA publish: list namespaces", "err", err)
+		return
+	}
+	for _, ns := range nss.Items {
+		if err := s.publishRootCA(ctx, ns.Name); err != nil {
+			s.log.Warn("root CA publish", "namespace", ns.Name, "err", err)
+		}
+	}
+}
+
+func (s *Server) syncCABundle(ctx context.Context) error {
+	mwc, err := s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, s.opts.WebhookConfig, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // not installed (yet)
+	}
+	if err != nil {
+		return err
+	}
+	changed := false
+	for i := range mwc.Webhooks {
+		if string(mwc.Webhooks[i].ClientConfig.CABundle) != string(s.rootPEM) {
+			mwc.Webhooks[i].ClientConfig.CABundle = s.rootPEM
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	_, err = s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{})
+	if err == nil {
+		s.log.Info("patched caBundle", "webhook_configuration", s.opts.WebhookConfig)
+	}
+	return err
+}
+
+func (s *Server) publishRootCA(ctx context.Context, ns string) error {
+	cms := s.client.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(ctx, s.opts.RootCAConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.opts.RootCAConfigMap, Namespace: ns},
+			Data: map[string]string{"root-cert.pem": string(s.rootPEM)}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if cm.Data["root-cert.pem"] == string(s.rootPEM) {
+		return nil
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["root-cert.pem"] = string(s.rootPEM)
+	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	return err
+}
+
+// RootPEM is the mesh root certificate (after Run has loaded the CA).
+func (s *Server) RootPEM() []byte {
+	<-s.ready
+	return s.rootPEM
+}
