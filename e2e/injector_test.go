@@ -5,6 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,11 +15,17 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet-dev/meshlet/deploy"
+	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/sds"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
@@ -113,6 +121,7 @@ func TestInjectorServe(t *testing.T) {
 		!strings.Contains(string(metrics), "meshlet_injector_admission_duration_seconds_count") {
 		t.Errorf("metrics:\n%s", metrics)
 	}
+	checkXDSAuth(t, c, s)
 	// A second replica (or a restart) loads the same CA from the Secret.
 	s2, stop2 := startInjector(t, c)
 	defer stop2()
@@ -120,3 +129,61 @@ func TestInjectorServe(t *testing.T) {
 		t.Error("a second injector made a new CA instead of loading the stored one")
 	}
 }
+
+// checkXDSAuth: the injector's xDS port, dialled the way an injected
+// sidecar dials it (TLS against the mesh root, the projected ServiceAccount
+// token as a bearer token), serves a pod of namespace shop, and refuses a
+// stream whose token the API server does not know.
+func checkXDSAuth(t *testing.T, c *Cluster, s *injector.Server) {
+	t.Helper()
+	ctx := context.Background()
+	exp := int64(600)
+	tr, err := c.Client.CoreV1().ServiceAccounts("shop").CreateToken(ctx, "default", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{sds.TokenAudience}, ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.RootPEM())
+	dial := func(token string) *discovery.ADSClient {
+		conn, err := grpc.NewClient(s.Addrs()["grpc"],
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})),
+			grpc.WithPerRPCCredentials(bearer(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		ads, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn, Node: &corev3.Node{Id: "web-1.shop"},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		go ads.Run(rctx)
+		return ads
+	}
+	good, bad := dial(tr.Status.Token), dial("not-a-token")
+	select {
+	case <-good.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("xds with a ServiceAccount token never became ready: %+v", good.Stats())
+	}
+	for deadline := time.Now().Add(10 * time.Second); bad.Stats().Streams < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bad-token client did not retry: %+v", bad.Stats())
+		}
+	}
+	select {
+	case <-bad.Ready():
+		t.Fatal("xds with a bogus token became ready")
+	default:
+	}
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return true }

@@ -11,11 +11,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +61,9 @@ type Options struct {
 	WebhookAddr, GRPCAddr, MonitoringAddr string
 	// Sidecar is the injected sidecar's configuration.
 	Sidecar webhook.Config
+	// ControlPlaneService is the Service sidecars dial for SDS and xDS
+	// (<name>.<Namespace>.svc:<GRPCAddr port>).
+	ControlPlaneService string
 	// SyncInterval of the caBundle / ConfigMap loop (default 10 s).
 	SyncInterval time.Duration
 	Logger       *slog.Logger
@@ -68,7 +74,8 @@ func DefaultOptions() Options {
 	return Options{Namespace: "meshlet-system", CASecret: "meshlet-ca", WebhookConfig: "meshlet-injector",
 		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: "cluster.local",
 		Hosts:       []string{"meshlet-injector.meshlet-system.svc", "meshlet-injector.meshlet-system.svc.cluster.local"},
-		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", Sidecar: webhook.DefaultConfig(), SyncInterval: 10 * time.Second}
+		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", ControlPlaneService: "meshlet-injector",
+		Sidecar: webhook.DefaultConfig(), SyncInterval: 10 * time.Second}
 }
 
 // Server is a running control plane.
@@ -82,10 +89,11 @@ type Server struct {
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	ready   chan struct{}
+	runErr  error
 }
 
 // Addrs returns the bound listen addresses by role (webhook, grpc,
-// monitoring), once Run has started them.
+// monitoring) once Run has started them (empty if Run failed first).
 func (s *Server) Addrs() map[string]string {
 	<-s.ready
 	return s.addrs
@@ -104,7 +112,13 @@ func New(client kubernetes.Interface, opts Options) *Server {
 
 // Run loads or creates the CA, starts every server and loop, and blocks
 // until ctx ends.
-func (s *Server) Run(ctx context.Context) error {
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() {
+		if s.addrs["webhook"] == "" { // failed before serving: unblock Addrs / RootPEM
+			s.runErr = err
+			close(s.ready)
+		}
+	}()
 	td, err := spiffeid.TrustDomainFromString(s.opts.TrustDomain)
 	if err != nil {
 		return fmt.Errorf("injector: trust domain %q: %w", s.opts.TrustDomain, err)
@@ -119,6 +133,10 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("mesh CA ready", "created", created, "secret", s.opts.Namespace+"/"+s.opts.CASecret)
 
 	cfg := s.opts.Sidecar
+	cfg.TrustDomain = s.opts.TrustDomain
+	if _, port, err := net.SplitHostPort(s.opts.GRPCAddr); err == nil && s.opts.ControlPlaneService != "" {
+		cfg.ControlPlane = net.JoinHostPort(s.opts.ControlPlaneService+"."+s.opts.Namespace+".svc", port)
+	}
 	if v, err := s.client.Discovery().ServerVersion(); err == nil {
 		if m, err := strconv.Atoi(trimPlus(v.Minor)); err == nil {
 			cfg.ServerMinor = m
@@ -160,7 +178,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("injector: webhook listener %s: %w", s.opts.WebhookAddr, err)
 	}
 	webhookSrv := &http.Server{Handler: webhookMux, ReadHeaderTimeout: 10 * time.Second}
-	go webhookSrv.Serve(wl)
+	go func() {
+		if err := webhookSrv.Serve(wl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("webhook server stopped", "err", err)
+		}
+	}()
 	defer webhookSrv.Close()
 
 	// SDS and xDS share one TLS gRPC port.
@@ -173,7 +195,22 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("injector: sds tls: %w", err)
 	}
-	xdsSrv := xds.NewServer(xds.Options{Logger: s.log})
+	// xDS streams authenticate like SDS ones: the sidecar's projected
+	// ServiceAccount token, checked with a TokenReview.
+	tokens := &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}}
+	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		vals := md.Get("authorization")
+		if len(vals) != 1 {
+			return "", "", errors.New(`want one "authorization: Bearer <token>" metadata entry`)
+		}
+		scheme, token, ok := strings.Cut(vals[0], " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			return "", "", errors.New(`authorization metadata is not "Bearer <token>"`)
+		}
+		c, err := tokens.Authenticate(ctx, strings.TrimSpace(token))
+		return c.Namespace, c.ServiceAccount, err
+	})})
 	// The SDS client pings every minute on idle streams: allow it.
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second, PermitWithoutStream: true}))
@@ -183,7 +220,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("injector: grpc listener %s: %w", s.opts.GRPCAddr, err)
 	}
-	go g.Serve(gl)
+	go func() {
+		if err := g.Serve(gl); err != nil {
+			s.log.Error("grpc server stopped", "err", err)
+		}
+	}()
 	defer g.Stop()
 	go xdsSrv.Run(ctx)
 	go func() {

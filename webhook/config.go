@@ -68,8 +68,8 @@ type Config struct {
 	ImagePullPolicy corev1.PullPolicy
 	// Resources of the sidecar container.
 	Resources corev1.ResourceRequirements
-	// ProxyUID is the uid the sidecar drops to after attaching its eBPF
-	// programs (and that connect4 exempts).
+	// ProxyUID is the uid the redirect exempts as a second guard (the
+	// sidecar's own cgroup is the first).
 	ProxyUID int64
 	// RootCAConfigMap holds the mesh root certificate.
 	RootCAConfigMap string

@@ -3,6 +3,7 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,10 +140,10 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 	env := []corev1.EnvVar{
 		fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_UID", "metadata.uid"),
 		fieldEnv("POD_IP", "status.podIP"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
-		{Name: "MESHLET_PROXY_UID", Value: strconv.FormatInt(cfg.ProxyUID, 10)},
 		{Name: "MESHLET_CONTROL_PLANE", Value: cfg.ControlPlane},
-		{Name: "MESHLET_TRUST_DOMAIN", Value: cfg.TrustDomain},
-		{Name: "MESHLET_HOST_CGROUP", Value: HostCgroupPath},
+	}
+	if ports := appPorts(pod); ports != "" {
+		env = append(env, corev1.EnvVar{Name: "MESHLET_APP_PORTS", Value: ports})
 	}
 	for _, ex := range []struct{ ann, env string }{{ExcludeInboundPortsAnnotation, "MESHLET_EXCLUDE_INBOUND_PORTS"},
 		{ExcludeOutboundPortsAnnotation, "MESHLET_EXCLUDE_OUTBOUND_PORTS"}, {ExcludeOutboundCIDRsAnnotation, "MESHLET_EXCLUDE_OUTBOUND_CIDRS"}} {
@@ -158,8 +159,12 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 	root := int64(0)
 	c := corev1.Container{
 		Name: ProxyContainer, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
-		Args: []string{"run", "--redirect=ebpf"},
-		Env:  env, Resources: res,
+		// The pod config (listeners on Istio's ports, inbound routes to the
+		// app ports), clusters and routes over xDS from the control plane,
+		// authenticated with the projected token over TLS to the mesh root.
+		Args: []string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)",
+			"--xds-ca=" + RootCAPath + "/root-cert.pem", "--xds-token=" + TokenPath + "/meshlet-token"},
+		Env: env, Resources: res,
 		Ports: []corev1.ContainerPort{
 			{Name: "meshlet-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
 			{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP},
@@ -169,13 +174,13 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 			{Name: RootCAVolume, MountPath: RootCAPath, ReadOnly: true},
 			{Name: CgroupVolume, MountPath: HostCgroupPath, ReadOnly: true},
 		},
-		// The sidecar starts as root only to load and attach its eBPF
-		// programs, then drops to ProxyUID (which connect4 exempts).
-		// BPF: load programs and maps; NET_ADMIN: attach cgroup sock and
-		// sk_lookup programs; SETUID/SETGID: drop to ProxyUID. Nothing else.
+		// The sidecar runs as root with every capability dropped but two:
+		// BPF (load programs and maps) and NET_ADMIN (attach the cgroup
+		// sock and sk_lookup programs). Its own connects are exempt from
+		// the redirect by its cgroup.
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser: &root, RunAsNonRoot: ptr(false), AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN", "SETUID", "SETGID"}},
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN"}},
 		},
 		ReadinessProbe: healthProbe(),
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
@@ -197,6 +202,20 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 	return c, nil
 }
 
+// appPorts lists the app containers' TCP ports for the sidecar's inbound
+// routes.
+func appPorts(pod *corev1.Pod) string {
+	var ports []string
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
+				ports = append(ports, strconv.Itoa(int(p.ContainerPort)))
+			}
+		}
+	}
+	return strings.Join(ports, ",")
+}
+
 func healthProbe() *corev1.Probe {
 	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path: "/healthz/ready", Port: intstr.FromInt32(HealthPort)}}, PeriodSeconds: 2, TimeoutSeconds: 3, FailureThreshold: 30}
@@ -216,7 +235,7 @@ func validateList(ann, v string) error {
 			continue
 		}
 		if strings.Contains(ann, "cidrs") {
-			if !strings.Contains(item, "/") {
+			if _, err := netip.ParsePrefix(item); err != nil {
 				return fmt.Errorf("webhook: annotation %s: %q is not a CIDR", ann, item)
 			}
 			continue

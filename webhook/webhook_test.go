@@ -78,7 +78,7 @@ func TestInjectNativeSidecar(t *testing.T) {
 		t.Error("no draining preStop")
 	}
 	caps := proxy.SecurityContext.Capabilities
-	if !reflect.DeepEqual(caps.Drop, []corev1.Capability{"ALL"}) || len(caps.Add) != 4 {
+	if !reflect.DeepEqual(caps.Drop, []corev1.Capability{"ALL"}) || !reflect.DeepEqual(caps.Add, []corev1.Capability{"BPF", "NET_ADMIN"}) {
 		t.Errorf("capabilities %+v", caps)
 	}
 	env := map[string]corev1.EnvVar{}
@@ -91,8 +91,11 @@ func TestInjectNativeSidecar(t *testing.T) {
 			t.Errorf("env %s: %+v", name, e)
 		}
 	}
-	if env["MESHLET_PROXY_UID"].Value != "1337" {
-		t.Error("proxy uid env")
+	if env["MESHLET_APP_PORTS"].Value != "8080" || env["MESHLET_CONTROL_PLANE"].Value == "" {
+		t.Errorf("app ports / control plane env: %+v", env)
+	}
+	if !strings.Contains(strings.Join(proxy.Args, " "), "--pod --redirect=ebpf --xds=$(MESHLET_CONTROL_PLANE)") {
+		t.Errorf("sidecar args %v", proxy.Args)
 	}
 	var token *corev1.ServiceAccountTokenProjection
 	for _, v := range out.Spec.Volumes {
@@ -150,7 +153,7 @@ func TestInjectClassicAndIdempotent(t *testing.T) {
 
 func TestInjectAnnotationErrors(t *testing.T) {
 	for ann, v := range map[string]string{ModeAnnotation: "sideways", CPURequestAnnotation: "lots",
-		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "10.0.0.1"} {
+		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar"} {
 		p := appPod()
 		p.Annotations = map[string]string{ann: v}
 		if _, err := Inject(p, DefaultConfig()); err == nil || !strings.Contains(err.Error(), ann) {

@@ -28,7 +28,10 @@ func run(args []string, out io.Writer) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
 	xdsAddr := fs.String("xds", "", "control plane address for clusters and routes over ADS (merged into the static config)")
-	nodeID := fs.String("node-id", "", "xDS node id (default: the config's node.id)")
+	nodeID := fs.String("node-id", "", "xDS node id (default: POD_NAME.POD_NAMESPACE, else the config's node.id)")
+	xdsCA := fs.String("xds-ca", "", "PEM root the control plane's TLS certificate must chain to (empty: plaintext)")
+	xdsToken := fs.String("xds-token", "", "file with the ServiceAccount token sent to the control plane (needs -xds-ca)")
+	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
 	}
@@ -42,7 +45,16 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirectMode)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
-	cfg, err := loadConfig(*path)
+	if *pod && *path != "" {
+		return fmt.Errorf("run: -pod and -config are exclusive")
+	}
+	load := func() (*config.Config, error) {
+		if *pod {
+			return podConfig(os.Getenv)
+		}
+		return loadConfig(*path)
+	}
+	cfg, err := load()
 	if err != nil {
 		return err
 	}
@@ -76,18 +88,22 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 	}
+	var xsrc *xdsSource
 	if *xdsAddr != "" {
 		id := *nodeID
+		if id == "" && os.Getenv("POD_NAME") != "" {
+			id = os.Getenv("POD_NAME") + "." + os.Getenv("POD_NAMESPACE")
+		}
 		if id == "" {
 			id = cfg.Node.ID
 		}
 		// Not ready until the first complete configuration has arrived.
-		x, err := startXDS(ctx, *xdsAddr, id, cfg, srv, log)
+		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken}, cfg, srv, log)
 		if err != nil {
 			srv.Shutdown()
 			return err
 		}
-		defer x.close()
+		defer xsrc.close()
 	}
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 
@@ -102,8 +118,12 @@ func run(args []string, out io.Writer) error {
 	}
 	stamp := fileStamp(*path)
 	reload := func(why string) {
-		next, err := loadConfig(*path)
-		if err == nil {
+		next, err := load()
+		switch {
+		case err != nil:
+		case xsrc != nil:
+			err = xsrc.setBase(next) // keep what the control plane sent
+		default:
 			err = srv.Reload(next)
 		}
 		if err != nil {

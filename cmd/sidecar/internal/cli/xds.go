@@ -2,12 +2,18 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshlet-dev/meshlet/dataplane"
@@ -24,14 +30,65 @@ type xdsSource struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	routes []config.Route
+	last   []config.Cluster // the last complete xDS set
 	conn   *grpc.ClientConn
 	client *discovery.ADSClient
 }
 
-// startXDS dials addr (plaintext here; mTLS with the SDS identity comes
-// with the mTLS work) and runs the ADS client until ctx ends.
-func startXDS(ctx context.Context, addr, nodeID string, base *config.Config, srv *dataplane.Server, log *slog.Logger) (*xdsSource, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// xdsDial says how to reach the control plane: TLS verified against caFile
+// (the mesh root the injector mounts) with the ServiceAccount token in
+// tokenFile as a bearer token; both empty: plaintext (tests, static mode).
+type xdsDial struct {
+	caFile, tokenFile string
+}
+
+func (d xdsDial) options(addr string) ([]grpc.DialOption, error) {
+	if d.caFile == "" {
+		if d.tokenFile != "" {
+			return nil, fmt.Errorf("run: -xds-token needs -xds-ca (a token is never sent in plaintext)")
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	pem, err := os.ReadFile(d.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("run: -xds-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("run: -xds-ca %s: no PEM certificate", d.caFile)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("run: -xds %q: %w", addr, err)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}))}
+	if d.tokenFile != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(tokenCreds{path: d.tokenFile}))
+	}
+	return opts, nil
+}
+
+// tokenCreds sends the projected ServiceAccount token, re-read on every
+// stream (the kubelet rotates it).
+type tokenCreds struct{ path string }
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return nil, fmt.Errorf("xds token: %w", err)
+	}
+	return map[string]string{"authorization": "Bearer " + strings.TrimSpace(string(b))}, nil
+}
+
+func (tokenCreds) RequireTransportSecurity() bool { return true }
+
+// startXDS dials addr and runs the ADS client until ctx ends.
+func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *config.Config, srv *dataplane.Server, log *slog.Logger) (*xdsSource, error) {
+	opts, err := dial.options(addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("run: -xds %q: %w", addr, err)
 	}
@@ -65,9 +122,10 @@ func startXDS(ctx context.Context, addr, nodeID string, base *config.Config, srv
 // refuses is logged and the running config stays.
 func (x *xdsSource) apply(clusters []config.Cluster) {
 	x.mu.Lock()
-	routes := x.routes
+	routes, base := x.routes, x.base
+	x.last = clusters
 	x.mu.Unlock()
-	cfg, err := mergeXDS(x.base, clusters, routes)
+	cfg, err := mergeXDS(base, clusters, routes)
 	if err == nil {
 		err = x.srv.Reload(cfg)
 	}
@@ -106,6 +164,21 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 		break
 	}
 	return &cfg, cfg.Validate()
+}
+
+// setBase replaces the static part (a reloaded config file) and re-applies
+// the last xDS data on top, so a file reload never drops what the control
+// plane sent.
+func (x *xdsSource) setBase(cfg *config.Config) error {
+	x.mu.Lock()
+	x.base = cfg
+	clusters, routes := x.last, x.routes
+	x.mu.Unlock()
+	merged, err := mergeXDS(cfg, clusters, routes)
+	if err != nil {
+		return err
+	}
+	return x.srv.Reload(merged)
 }
 
 func (x *xdsSource) close() {

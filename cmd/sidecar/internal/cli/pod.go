@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// podConfig is the sidecar's configuration inside a Kubernetes pod
+// (`run -pod`): Istio's ports, outbound clusters from xDS, and one inbound
+// route per app port (MESHLET_APP_PORTS, set by the injector from the
+// containers' ports) to the app on loopback, where sk_lookup delivers
+// connections for those ports.
+func podConfig(getenv func(string) string) (*config.Config, error) {
+	cfg := &config.Config{
+		Node:         config.Node{ID: strings.Trim(getenv("POD_NAME")+"."+getenv("POD_NAMESPACE"), "."), Cluster: getenv("SERVICE_ACCOUNT")},
+		Admin:        fmt.Sprintf("127.0.0.1:%d", config.PortAdmin),
+		Health:       fmt.Sprintf("0.0.0.0:%d", config.PortHealth),
+		Prometheus:   fmt.Sprintf("0.0.0.0:%d", config.PortPrometheus),
+		AccessLog:    config.AccessLog{Path: "-", Format: config.AccessLogText},
+		DrainTimeout: config.DefaultDrainTimeout,
+		Listeners: []config.Listener{
+			{Name: "outbound", Address: fmt.Sprintf("127.0.0.1:%d", config.PortOutbound), Direction: config.Outbound,
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
+			{Name: "inbound", Address: fmt.Sprintf("0.0.0.0:%d", config.PortInbound), Direction: config.Inbound,
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
+		},
+	}
+	for _, f := range strings.Split(getenv("MESHLET_APP_PORTS"), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := strconv.ParseUint(f, 10, 16)
+		if err != nil || p == 0 {
+			return nil, fmt.Errorf("run -pod: MESHLET_APP_PORTS: %q is not a port", f)
+		}
+		name := fmt.Sprintf("inbound|%d", p)
+		cfg.Clusters = append(cfg.Clusters, config.Cluster{Name: name, LB: lb.DefaultClusterConfig(),
+			Endpoints: []lb.Endpoint{{Address: fmt.Sprintf("127.0.0.1:%d", p)}}, ConnectTimeout: time.Second,
+			CircuitBreakers: lb.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1, IdleTimeout: config.DefaultUpstreamIdleTimeout})
+		cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: name, Destination: fmt.Sprintf(":%d", p),
+			Cluster: name, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
+	}
+	return cfg, cfg.Validate()
+}

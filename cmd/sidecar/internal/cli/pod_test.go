@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPodConfigInboundPerAppPort(t *testing.T) {
+	env := map[string]string{"POD_NAME": "web-0", "POD_NAMESPACE": "shop", "MESHLET_APP_PORTS": "8080, 9090"}
+	cfg, err := podConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("podConfig: %v", err)
+	}
+	if cfg.Node.ID != "web-0.shop" {
+		t.Errorf("node id = %q, want web-0.shop", cfg.Node.ID)
+	}
+	if cfg.Admin != "127.0.0.1:15000" || cfg.Health != "0.0.0.0:15021" || cfg.Prometheus != "0.0.0.0:15090" {
+		t.Errorf("ports: admin %s health %s prometheus %s", cfg.Admin, cfg.Health, cfg.Prometheus)
+	}
+	if len(cfg.Clusters) != 2 || cfg.Clusters[1].Name != "inbound|9090" || cfg.Clusters[1].Endpoints[0].Address != "127.0.0.1:9090" {
+		t.Fatalf("clusters = %+v", cfg.Clusters)
+	}
+	in := cfg.Listeners[1]
+	if in.Address != "0.0.0.0:15006" || len(in.Routes) != 2 || in.Routes[0].Destination != ":8080" || in.Routes[0].Cluster != "inbound|8080" {
+		t.Fatalf("inbound listener = %+v", in)
+	}
+}
+
+func TestPodConfigRejectsBadPort(t *testing.T) {
+	for _, ports := range []string{"http", "0", "70000"} {
+		_, err := podConfig(func(k string) string {
+			if k == "MESHLET_APP_PORTS" {
+				return ports
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), "MESHLET_APP_PORTS") {
+			t.Errorf("ports %q: err = %v, want MESHLET_APP_PORTS error", ports, err)
+		}
+	}
+}
