@@ -6,13 +6,21 @@ import "fmt"
 // (Envoy's core.HealthStatus).
 type EDSHealth uint8
 
+// The EDS health values, in core.HealthStatus order. Unknown and Healthy
+// count as healthy; Unhealthy, Draining and Timeout fail the host; Degraded
+// makes it degraded (used only when no healthy host is left).
 const (
 	// EDSUnknown counts as healthy.
 	EDSUnknown EDSHealth = iota
+	// EDSHealthy is healthy.
 	EDSHealthy
+	// EDSUnhealthy fails the host.
 	EDSUnhealthy
+	// EDSDraining fails the host (no new requests).
 	EDSDraining
+	// EDSTimeout fails the host.
 	EDSTimeout
+	// EDSDegraded marks the host degraded.
 	EDSDegraded
 )
 

@@ -85,6 +85,9 @@ func runVectorFile(t *testing.T, path string) {
 	if f.VectorCount != 0 && f.VectorCount != len(f.Vectors) {
 		t.Errorf("vectors %q: vector_count %d but %d vectors", path, f.VectorCount, len(f.Vectors))
 	}
+	if len(f.Vectors) == 0 {
+		t.Fatalf("vectors %q: the file holds no vectors", path)
+	}
 	var passed, failed atomic.Int64
 	failedByKind := map[string][]string{}
 	for _, v := range f.Vectors {

@@ -24,6 +24,7 @@ import (
 
 const usage = `usage:
   injector serve [-kubeconfig FILE] [-namespace meshlet-system] [-trust-domain cluster.local] [-image IMAGE]
+                 [-webhook-addr :9443] [-grpc-addr :15012] [-monitoring-addr :15014]
       run the control plane (in-cluster config unless -kubeconfig)
   injector inject -f manifest.yaml [-image IMAGE] [-server-minor 30]
       print the manifest with the meshlet sidecar injected into its Pods and pod templates ("-f -" reads stdin)`
@@ -48,7 +49,10 @@ func run(args []string, stdin io.Reader, out io.Writer) error {
 	cfg := webhook.DefaultConfig()
 	fs.StringVar(&cfg.Image, "image", cfg.Image, "sidecar image")
 	fs.IntVar(&cfg.ServerMinor, "server-minor", 0, "Kubernetes minor version of the target cluster (below 29: classic sidecar)")
-	if err := fs.Parse(args[1:]); err != nil || *file == "" {
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("inject: %w\n%s", err, usage)
+	}
+	if *file == "" {
 		return fmt.Errorf("inject: need -f FILE\n%s", usage)
 	}
 	var data []byte

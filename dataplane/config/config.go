@@ -142,9 +142,14 @@ type Route struct {
 // HealthCheckKind is the active health checker type.
 type HealthCheckKind string
 
+// The health checker types (Envoy's http_health_check,
+// tcp_health_check and grpc_health_check).
 const (
+	// HealthCheckHTTP sends a GET to the path and expects an expected status (200 by default).
 	HealthCheckHTTP HealthCheckKind = "http"
-	HealthCheckTCP  HealthCheckKind = "tcp"
+	// HealthCheckTCP connects (and optionally exchanges send / receive bytes).
+	HealthCheckTCP HealthCheckKind = "tcp"
+	// HealthCheckGRPC calls grpc.health.v1.Health/Check and expects SERVING.
 	HealthCheckGRPC HealthCheckKind = "grpc"
 )
 

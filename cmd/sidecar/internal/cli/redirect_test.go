@@ -158,7 +158,7 @@ clusters:
 // nothing unless started by it.
 func TestRedirectApp(t *testing.T) {
 	if os.Getenv("MESHLET_E2E_APP") != "1" {
-		return
+		t.Skip("helper process of TestRunWithEBPFRedirect (runs only with MESHLET_E2E_APP=1)")
 	}
 	c, err := net.DialTimeout("tcp", "10.96.0.10:80", 3*time.Second)
 	if err != nil {
