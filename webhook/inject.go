@@ -141,6 +141,7 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_UID", "metadata.uid"),
 		fieldEnv("POD_IP", "status.podIP"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
 		{Name: "MESHLET_CONTROL_PLANE", Value: cfg.ControlPlane},
+		{Name: "MESHLET_HOST_CGROUP", Value: HostCgroupPath},
 	}
 	if ports := appPorts(pod); ports != "" {
 		env = append(env, corev1.EnvVar{Name: "MESHLET_APP_PORTS", Value: ports})

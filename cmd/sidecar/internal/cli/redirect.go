@@ -26,8 +26,9 @@ type redirect struct {
 }
 
 // setupRedirect loads the programs and attaches them to the pod: its
-// cgroup is podCgroup, else MESHLET_POD_CGROUP, else the parent of the
-// sidecar's own cgroup (its container's, in Kubernetes); its network
+// cgroup is podCgroup, else MESHLET_POD_CGROUP, else the one named after
+// POD_UID under the host hierarchy at MESHLET_HOST_CGROUP (what the
+// injector mounts), else the parent of the sidecar's own cgroup; its network
 // namespace is the sidecar's own. Exclusions come from the injector's
 // MESHLET_EXCLUDE_* variables.
 func setupRedirect(cfg *config.Config, podCgroup string) (*redirect, error) {
@@ -50,7 +51,10 @@ func setupRedirect(cfg *config.Config, podCgroup string) (*redirect, error) {
 		return nil, fmt.Errorf("redirect: the config has no outbound listener to redirect to")
 	}
 	if podCgroup == "" {
-		podCgroup = os.Getenv("MESHLET_POD_CGROUP")
+		var err error
+		if podCgroup, err = podCgroupFromEnv(os.Getenv); err != nil {
+			return nil, fmt.Errorf("redirect: %w", err)
+		}
 	}
 	if podCgroup == "" {
 		own, err := bpf.CurrentCgroup()

@@ -68,7 +68,12 @@ func inner(t *testing.T) {
 		}
 		defer syscall.Unmount(mnt, syscall.MNT_DETACH)
 	}
-	pod := filepath.Join(mnt, fmt.Sprintf("meshlet-test-%d-pod", os.Getpid()))
+	// Named like a kubelet pod cgroup (…-pod<uid>), found the way an
+	// injected sidecar finds it: by POD_UID under MESHLET_HOST_CGROUP.
+	uid := fmt.Sprintf("e2e%d", os.Getpid())
+	pod := filepath.Join(mnt, fmt.Sprintf("meshlet-test-%d-pod%s", os.Getpid(), uid))
+	t.Setenv("MESHLET_HOST_CGROUP", mnt)
+	t.Setenv("POD_UID", uid)
 	for _, d := range []string{pod, pod + "/proxy", pod + "/app"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -110,7 +115,7 @@ clusters:
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		done <- run([]string{"-config", cfgPath, "-redirect", "ebpf", "-pod-cgroup", pod, "-watch", "0", "-log-level", "error"}, &out)
+		done <- run([]string{"-config", cfgPath, "-redirect", "ebpf", "-watch", "0", "-log-level", "error"}, &out)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
