@@ -141,3 +141,30 @@ func TestBackoff(t *testing.T) {
 		t.Fatalf("after reset: %v", d)
 	}
 }
+
+// TestADSStateReusesUnchangedAssignments: a state-of-the-world EDS
+// response that repeats an accepted assignment byte for byte reuses its
+// translation; a changed one is translated again.
+func TestADSStateReusesUnchangedAssignments(t *testing.T) {
+	st := newADSState()
+	if err := st.applySotwCDS([]*anypb.Any{edsClusterNamed(t, "a", ""), edsClusterNamed(t, "b", "")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.applySotwEDS([]*anypb.Any{assignment(t, "a", "10.0.0.1"), assignment(t, "b", "10.0.0.2")}); err != nil {
+		t.Fatal(err)
+	}
+	a0, b0 := &st.clas["a"].la.Endpoints[0], &st.clas["b"].la.Endpoints[0]
+	if err := st.applySotwEDS([]*anypb.Any{assignment(t, "a", "10.0.0.1"), assignment(t, "b", "10.0.0.3")}); err != nil {
+		t.Fatal(err)
+	}
+	if &st.clas["a"].la.Endpoints[0] != a0 {
+		t.Error("the unchanged assignment a was translated again")
+	}
+	if &st.clas["b"].la.Endpoints[0] == b0 || st.clas["b"].la.Endpoints[0].Address != "10.0.0.3:80" {
+		t.Errorf("the changed assignment b: %+v", st.clas["b"].la.Endpoints)
+	}
+	cs, _, ok := st.assemble()
+	if !ok || cs[0].Endpoints[0].Address != "10.0.0.1:80" || cs[1].Endpoints[0].Address != "10.0.0.3:80" {
+		t.Fatalf("assembled %v %+v", ok, cs)
+	}
+}

@@ -47,7 +47,7 @@ type controlPlane struct {
 
 // listen listens on addr, retrying while a previous server's port is
 // still being released.
-func listen(t *testing.T, addr string) net.Listener {
+func listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {

@@ -31,6 +31,7 @@ func run(args []string, out io.Writer) error {
 	nodeID := fs.String("node-id", "", "xDS node id (default: POD_NAME.POD_NAMESPACE, else the config's node.id)")
 	xdsCA := fs.String("xds-ca", "", "PEM root the control plane's TLS certificate must chain to (empty: plaintext)")
 	xdsToken := fs.String("xds-token", "", "file with the ServiceAccount token sent to the control plane (needs -xds-ca)")
+	xdsSotw := fs.Bool("xds-sotw", false, "use the state-of-the-world ADS protocol instead of delta (incremental) xDS")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -98,7 +99,7 @@ func run(args []string, out io.Writer) error {
 			id = cfg.Node.ID
 		}
 		// Not ready until the first complete configuration has arrived.
-		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken}, cfg, srv, log)
+		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken, sotw: *xdsSotw}, cfg, srv, log)
 		if err != nil {
 			srv.Shutdown()
 			return err

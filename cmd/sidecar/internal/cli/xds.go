@@ -40,6 +40,8 @@ type xdsSource struct {
 // tokenFile as a bearer token; both empty: plaintext (tests, static mode).
 type xdsDial struct {
 	caFile, tokenFile string
+	// sotw selects the state-of-the-world protocol instead of delta.
+	sotw bool
 }
 
 func (d xdsDial) options(addr string) ([]grpc.DialOption, error) {
@@ -100,6 +102,7 @@ func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *conf
 			Locality: &corev3.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}},
 		OnRoutes:   func(r []config.Route) { x.mu.Lock(); x.routes = r; x.mu.Unlock() },
 		OnClusters: x.apply,
+		Delta:      !dial.sotw,
 		Logger:     log,
 	})
 	if err != nil {
