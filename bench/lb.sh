@@ -45,13 +45,5 @@ $(awk "$metrics"' $1 ~ /^Benchmark(Maglev|Ring|RetryState|AppendDefault)/ { n=$1
 MD
 )
 out=bench/RESULTS.md
-[ -f "$out" ] || printf '# meshlet benchmark results\n\n' > "$out"
-python3 - "$out" "$section" <<'PY'
-import re, sys
-path, section = sys.argv[1], sys.argv[2]
-text = open(path).read()
-pat = re.compile(r'<!-- lb:begin.*?<!-- lb:end -->', re.S)
-text = pat.sub(lambda m: section, text) if pat.search(text) else text.rstrip('\n') + '\n\n' + section + '\n'
-open(path, 'w').write(text)
-PY
+printf '%s\n' "$section" | python3 bench/section.py "$out" lb
 echo "wrote $out"

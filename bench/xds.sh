@@ -34,12 +34,5 @@ $rows
 MD
 )
 out=bench/RESULTS.md
-python3 - "$out" "$section" <<'PY'
-import re, sys
-path, section = sys.argv[1], sys.argv[2]
-text = open(path).read()
-pat = re.compile(r'<!-- xds:begin.*?<!-- xds:end -->', re.S)
-text = pat.sub(lambda m: section, text) if pat.search(text) else text.rstrip('\n') + '\n\n' + section + '\n'
-open(path, 'w').write(text)
-PY
+printf '%s\n' "$section" | python3 bench/section.py "$out" xds
 echo "wrote $out"
