@@ -203,14 +203,14 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 	return c, nil
 }
 
-// appPorts lists the app containers' TCP ports for the sidecar's inbound
-// routes.
+// appPorts lists the app containers' TCP ports, each once, for the
+// sidecar's inbound routes.
 func appPorts(pod *corev1.Pod) string {
 	var ports []string
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
-			if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-				ports = append(ports, strconv.Itoa(int(p.ContainerPort)))
+			if s := strconv.Itoa(int(p.ContainerPort)); (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) && !slices.Contains(ports, s) {
+				ports = append(ports, s)
 			}
 		}
 	}

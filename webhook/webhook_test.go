@@ -302,3 +302,17 @@ func applyOp(t *testing.T, node any, path []string, op string, value any) any {
 	t.Fatalf("patch path %v into %T", path, node)
 	return nil
 }
+
+// TestAppPortsOnceEach: MESHLET_APP_PORTS lists each TCP container port
+// once (two containers may declare the same one; a duplicate would give the
+// sidecar two inbound clusters of one name) and leaves UDP out.
+func TestAppPortsOnceEach(t *testing.T) {
+	pod := appPod()
+	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports,
+		corev1.ContainerPort{ContainerPort: 53, Protocol: corev1.ProtocolUDP}, corev1.ContainerPort{ContainerPort: 9090, Protocol: corev1.ProtocolTCP})
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "metrics", Image: "m:1",
+		Ports: []corev1.ContainerPort{{ContainerPort: 9090}, {ContainerPort: 8080}}})
+	if got := appPorts(pod); got != "8080,9090" {
+		t.Errorf("appPorts = %q, want 8080,9090", got)
+	}
+}
