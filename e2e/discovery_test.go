@@ -30,7 +30,8 @@ import (
 // them and marked Running/Ready through the status subresource, the real
 // EndpointSlice controller; the control plane's informers and ADS server;
 // a sidecar's ADS client sees the service's cluster with its zones and
-// health, then a pod going not-ready and a deleted pod.
+// health, then a pod going not-ready and a deleted pod, and across a
+// control-plane restart keeps its configuration and then resyncs.
 func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	c := StartCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,18 +79,36 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 		setReady(p.Name, fmt.Sprintf("10.244.%d.10", i+1), true)
 	}
 
-	cp := xds.NewServer(xds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	go cp.Run(ctx)
-	go xds.RunInformers(ctx, cs, cp, 0)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	g := grpc.NewServer()
-	cp.Register(g)
-	go g.Serve(l)
-	defer g.Stop()
-	conn, _ := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// startControlPlane runs a control plane (server, informers, gRPC) on
+	// addr; the returned func stops all of it, as a crash would.
+	startControlPlane := func(addr string) (string, func()) {
+		t.Helper()
+		cpCtx, cancel := context.WithCancel(ctx)
+		cp := xds.NewServer(xds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		go cp.Run(cpCtx)
+		go xds.RunInformers(cpCtx, cs, cp, 0)
+		var l net.Listener
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if l, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("control plane listen %s: %v", addr, err)
+			}
+		}
+		g := grpc.NewServer()
+		cp.Register(g)
+		go g.Serve(l)
+		return l.Addr().String(), func() { g.Stop(); cancel() }
+	}
+	addr, stopCP := startControlPlane("127.0.0.1:0")
+	defer func() { stopCP() }()
+	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()
 	client, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn,
-		Node: &corev3.Node{Id: "sidecar-1", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}}})
+		Node:           &corev3.Node{Id: "sidecar-1", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}},
+		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +146,22 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	if !found {
 		t.Errorf("no route for %s:80 to %s: %+v", svc.Spec.ClusterIP, name, client.Routes())
 	}
+
+	// A control-plane restart: while it is down the sidecar keeps its last
+	// configuration (a change made meanwhile is not seen); the new
+	// instance resyncs from the API server and the sidecar gets the change.
+	stopCP()
+	setReady("web-c", "10.244.3.10", true)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		m := endpointsOf(client.Clusters(), name)
+		if len(m) != 2 || strings.HasSuffix(m["10.244.3.10:8080"], "/healthy") {
+			t.Fatalf("with the control plane down the sidecar's endpoints changed to %v", m)
+		}
+	}
+	_, stopCP = startControlPlane(addr)
+	wait("resynced after the control-plane restart", func(m map[string]string) bool {
+		return len(m) == 2 && m["10.244.3.10:8080"] == "zone-c/healthy"
+	})
 }
 
 // endpointsOf maps a cluster's endpoints to "zone/health".
