@@ -44,7 +44,7 @@ type edsEntry struct {
 	la      LoadAssignment
 	version string   // delta resource version
 	name    string   // cluster_name of the assignment
-	sum     [32]byte // SHA-256 of the encoded resource
+	sum     [32]byte // SHA-256 of the encoded resource (state of the world)
 }
 
 // adsState is what the client has accepted, across streams.
@@ -208,24 +208,30 @@ func (s *adsState) applyAssignments(resources []*anypb.Any, names, versions []st
 		need[e.eds] = true
 	}
 	next := map[string]*edsEntry{}
-	// A state-of-the-world EDS response repeats every assignment; the ones
-	// whose bytes did not change since they were accepted are not decoded
-	// and translated again (with 10,000 endpoints that is most of the cost
-	// of an update).
-	known := make(map[[32]byte]*edsEntry, len(s.clas))
-	for _, e := range s.clas {
-		if e.name != "" {
-			known[e.sum] = e
+	// A state-of-the-world response (names nil) repeats every assignment;
+	// the ones whose bytes did not change since they were accepted are not
+	// decoded and translated again (with 10,000 endpoints that is most of
+	// the cost of an update). Delta responses carry only changes.
+	var known map[[32]byte]*edsEntry
+	if names == nil {
+		known = make(map[[32]byte]*edsEntry, len(s.clas))
+		for _, e := range s.clas {
+			if e.name != "" {
+				known[e.sum] = e
+			}
 		}
 	}
 	claType := typeURL(&endpointv3.ClusterLoadAssignment{})
 	var errs errorList
 	for i, a := range resources {
-		sum := sha256.Sum256(a.GetValue())
+		var sum [32]byte
+		if known != nil {
+			sum = sha256.Sum256(a.GetValue())
+		}
 		var name string
 		var e *edsEntry
 		var err error
-		if old, ok := known[sum]; ok && a.GetTypeUrl() == claType && (names == nil || names[i] == old.name) {
+		if old, ok := known[sum]; ok && a.GetTypeUrl() == claType {
 			name, e = old.name, &edsEntry{la: old.la, name: old.name}
 		} else {
 			name, e, err = decodeAssignment(i, a)

@@ -17,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,8 +183,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}()
 	defer webhookSrv.Close()
 
-	// SDS and xDS share one TLS gRPC port.
-	sdsSrv, err := sds.NewServer(sds.ServerConfig{CA: ca, Authenticator: &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}},
+	// SDS and xDS share one TLS gRPC port and authenticate streams alike:
+	// the sidecar's projected ServiceAccount token, checked with a
+	// TokenReview.
+	tokens := &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}}
+	sdsSrv, err := sds.NewServer(sds.ServerConfig{CA: ca, Authenticator: tokens,
 		ServingHosts: s.opts.Hosts, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("injector: sds: %w", err)
@@ -195,20 +196,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("injector: sds tls: %w", err)
 	}
-	// xDS streams authenticate like SDS ones: the sidecar's projected
-	// ServiceAccount token, checked with a TokenReview.
-	tokens := &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}}
 	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		vals := md.Get("authorization")
-		if len(vals) != 1 {
-			return "", "", errors.New(`want one "authorization: Bearer <token>" metadata entry`)
+		token, err := sds.BearerToken(ctx)
+		if err != nil {
+			return "", "", err
 		}
-		scheme, token, ok := strings.Cut(vals[0], " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-			return "", "", errors.New(`authorization metadata is not "Bearer <token>"`)
-		}
-		c, err := tokens.Authenticate(ctx, strings.TrimSpace(token))
+		c, err := tokens.Authenticate(ctx, token)
 		return c.Namespace, c.ServiceAccount, err
 	})})
 	// The SDS client pings every minute on idle streams: allow it.

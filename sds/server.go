@@ -204,19 +204,30 @@ func (s *Server) Stop() {
 	}
 }
 
-// authenticate reads the bearer token from the call's metadata and returns
-// the caller's SPIFFE ID in the CA's trust domain.
-func (s *Server) authenticate(ctx context.Context) (spiffeid.ID, Caller, error) {
+// BearerToken returns the token of an incoming gRPC call's single
+// "authorization: Bearer <token>" metadata entry, the way SDS and xDS
+// clients present their ServiceAccount token.
+func BearerToken(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
-		return spiffeid.ID{}, Caller{}, status.Error(codes.Unauthenticated, `sds: want one "authorization: Bearer <token>" metadata entry`)
+		return "", errors.New(`want one "authorization: Bearer <token>" metadata entry`)
 	}
 	scheme, token, ok := strings.Cut(vals[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return spiffeid.ID{}, Caller{}, status.Error(codes.Unauthenticated, `sds: authorization metadata is not "Bearer <token>"`)
+		return "", errors.New(`authorization metadata is not "Bearer <token>"`)
 	}
-	caller, err := s.cfg.Authenticator.Authenticate(ctx, strings.TrimSpace(token))
+	return strings.TrimSpace(token), nil
+}
+
+// authenticate reads the bearer token from the call's metadata and returns
+// the caller's SPIFFE ID in the CA's trust domain.
+func (s *Server) authenticate(ctx context.Context) (spiffeid.ID, Caller, error) {
+	token, err := BearerToken(ctx)
+	if err != nil {
+		return spiffeid.ID{}, Caller{}, status.Error(codes.Unauthenticated, "sds: "+err.Error())
+	}
+	caller, err := s.cfg.Authenticator.Authenticate(ctx, token)
 	if err != nil {
 		return spiffeid.ID{}, Caller{}, status.Error(codes.Unauthenticated, err.Error())
 	}
