@@ -55,6 +55,9 @@ func run(args []string, out io.Writer) error {
 		}
 		return loadConfig(*path)
 	}
+	// The stamp is taken before the first read: a change written while
+	// the sidecar starts is reloaded at the first tick, not missed.
+	stamp := fileStamp(*path)
 	cfg, err := load()
 	if err != nil {
 		return err
@@ -117,7 +120,6 @@ func run(args []string, out io.Writer) error {
 		defer t.Stop()
 		tick = t.C
 	}
-	stamp := fileStamp(*path)
 	reload := func(why string) {
 		next, err := load()
 		switch {
