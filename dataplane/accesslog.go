@@ -95,23 +95,36 @@ func (a *accessLogger) drain(q chan []byte) {
 	a.mu.Unlock()
 }
 
+// logExtra are the fields meshlet logs after Envoy's default format:
+// %RESPONSE_CODE_DETAILS% "%UPSTREAM_TRANSPORT_FAILURE_REASON%"
+// %UPSTREAM_CLUSTER% %DOWNSTREAM_PEER_URI_SAN% %UPSTREAM_PEER_URI_SAN%
+// (Istio's default format has the first three).
+type logExtra struct {
+	details, failure, cluster    string
+	downstreamPeer, upstreamPeer string // SPIFFE IDs of mutual-TLS peers
+}
+
 // write renders e and queues it on worker's queue.
-func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, details, failure, cluster string) {
+func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, x logExtra) {
 	if a == nil || a.off {
 		return
 	}
 	var line []byte
 	if a.format == config.AccessLogJSON {
-		line = renderJSON(e, details, failure, cluster)
+		line = renderJSON(e, x)
 	} else {
 		line = e.AppendDefault(make([]byte, 0, 384))
 		line = line[:len(line)-1] // drop the newline, append the extra fields
 		line = append(line, ' ')
-		line = appendDash(line, details)
+		line = appendDash(line, x.details)
 		line = append(line, ` "`...)
-		line = appendDash(line, failure)
+		line = appendDash(line, x.failure)
 		line = append(line, `" `...)
-		line = appendDash(line, cluster)
+		line = appendDash(line, x.cluster)
+		line = append(line, ' ')
+		line = appendDash(line, x.downstreamPeer)
+		line = append(line, ' ')
+		line = appendDash(line, x.upstreamPeer)
 		line = append(line, '\n')
 	}
 	select {
@@ -128,7 +141,7 @@ func appendDash(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func renderJSON(e *lb.AccessLogEntry, details, failure, cluster string) []byte {
+func renderJSON(e *lb.AccessLogEntry, x logExtra) []byte {
 	dash := func(s string) any {
 		if s == "" {
 			return nil
@@ -138,10 +151,11 @@ func renderJSON(e *lb.AccessLogEntry, details, failure, cluster string) []byte {
 	m := map[string]any{
 		"start_time": e.StartTime.UTC().Format("2006-01-02T15:04:05.000Z"), "method": dash(e.Method), "path": dash(e.Path),
 		"protocol": dash(e.Protocol), "response_code": e.ResponseCode, "response_flags": e.Flags.Short(),
-		"response_code_details": dash(details), "upstream_transport_failure_reason": dash(failure),
+		"response_code_details": dash(x.details), "upstream_transport_failure_reason": dash(x.failure),
+		"downstream_peer_uri_san": dash(x.downstreamPeer), "upstream_peer_uri_san": dash(x.upstreamPeer),
 		"bytes_received": e.BytesReceived, "bytes_sent": e.BytesSent, "duration": e.Duration.Milliseconds(),
 		"x_forwarded_for": dash(e.ForwardedFor), "user_agent": dash(e.UserAgent), "request_id": dash(e.RequestID),
-		"authority": dash(e.Authority), "upstream_host": dash(e.UpstreamHost), "upstream_cluster": dash(cluster),
+		"authority": dash(e.Authority), "upstream_host": dash(e.UpstreamHost), "upstream_cluster": dash(x.cluster),
 	}
 	b, _ := json.Marshal(m)
 	return append(b, '\n')

@@ -441,6 +441,35 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(metric, "meshlet statistic "+sv.name, nil, nil), typ, float64(sv.value))
 	}
 	c.collectRequests(ch, st)
+	c.collectMTLS(ch)
+}
+
+var (
+	handshakesDesc = prometheus.NewDesc("meshlet_mtls_handshakes_total",
+		"Mutual-TLS handshakes with peer sidecars by direction and result (ok, or why the peer was refused).", []string{"direction", "result"}, nil)
+	certExpiryDesc = prometheus.NewDesc("meshlet_workload_cert_expiry_seconds",
+		"Seconds until the workload certificate expires (negative once expired).", nil, nil)
+	certReadyDesc = prometheus.NewDesc("meshlet_workload_cert_ready",
+		"1 when the sidecar holds a workload certificate and a trust bundle.", nil, nil)
+)
+
+func (c *collector) collectMTLS(ch chan<- prometheus.Metric) {
+	c.s.mtlsStats.each(func(direction, result string, n uint64) {
+		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(n), direction, result)
+	})
+	store := c.s.opts.Identity
+	if store == nil {
+		return
+	}
+	snap := store.Current()
+	ready := 0.0
+	if snap.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(certReadyDesc, prometheus.GaugeValue, ready)
+	if snap.Certificate != nil {
+		ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, time.Until(snap.NotAfter()).Seconds())
+	}
 }
 
 // descs caches one Desc per metric name so every sample of a family has
@@ -455,8 +484,8 @@ func desc(name string, labels []string) *prometheus.Desc {
 	return d.(*prometheus.Desc)
 }
 
-var requestLabels = []string{"reporter", "source_workload", "destination_service", "destination_service_name", "upstream_cluster",
-	"request_protocol", "response_code", "response_flags"}
+var requestLabels = []string{"reporter", "source_workload", "source_principal", "destination_principal", "destination_service",
+	"destination_service_name", "upstream_cluster", "request_protocol", "response_code", "response_flags", "connection_security_policy"}
 
 func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 	type agg struct {
@@ -492,7 +521,8 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 	}
 	for k, a := range sums {
 		svcName, _, _ := strings.Cut(k.service, ".")
-		vals := []string{k.reporter, workload, k.service, svcName, k.cluster, k.protocol, strconv.Itoa(k.code), k.flags.Short()}
+		vals := []string{k.reporter, workload, orUnknown(k.sourcePrincipal), orUnknown(k.destPrincipal), k.service, svcName, k.cluster,
+			k.protocol, strconv.Itoa(k.code), k.flags.Short(), orUnknown(k.security)}
 		ch <- prometheus.MustNewConstMetric(total, prometheus.CounterValue, float64(a.count), vals...)
 		cum := map[float64]uint64{}
 		var run uint64
@@ -502,4 +532,11 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 		}
 		ch <- prometheus.MustNewConstHistogram(dur, a.count, float64(a.sumUs)/1e6, cum, vals...)
 	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -42,6 +42,9 @@ type exchange struct {
 	host    string // the last upstream host tried
 	tried   []lb.HostID
 	grpc    bool
+	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
+	upMTLS       bool
+	upstreamPeer string
 }
 
 type exchangeKey struct{}
@@ -435,7 +438,20 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		out = req.Clone(req.Context())
 	}
 	out.URL.Host = h.Address
-	resp, err := w.transport(ex.cluster).RoundTrip(out)
+	kind := transportPlain
+	ex.upMTLS, ex.upstreamPeer = false, ""
+	if w.meshed(h) {
+		kind = transportMesh
+		if out.Header.Get("Upgrade") != "" {
+			kind = transportMeshUpgrade
+		}
+		if out == req {
+			out = req.Clone(req.Context())
+		}
+		out = out.WithContext(context.WithValue(out.Context(), hostKey{}, h))
+		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
+	}
+	resp, err := w.transport(ex.cluster, kind).RoundTrip(out)
 	if cancel != nil {
 		if err != nil {
 			cancel()
@@ -537,10 +553,13 @@ type connectError struct {
 	err      error
 	timeout  bool
 	overflow bool
+	tls      bool // the TCP connection was up; the mTLS handshake failed
 }
 
 func (e *connectError) Error() string {
 	switch {
+	case e.tls:
+		return "TLS_error: " + e.err.Error()
 	case e.overflow:
 		return "overflow"
 	case e.timeout:
@@ -722,16 +741,14 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 		UpstreamServiceTime: -1, ForwardedFor: req.Header.Get("X-Forwarded-For"), UserAgent: req.UserAgent(),
 		RequestID: req.Header.Get("X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
-	w.s.access.Load().write(w.id, &e, ex.details, ex.failure, ex.clusterName())
-	reporter := "source"
-	if ls := st.listeners[info.listener]; ls != nil && ls.cfg.Direction == config.Inbound {
-		reporter = "destination"
-	}
+	w.s.access.Load().write(w.id, &e, logExtra{details: ex.details, failure: ex.failure, cluster: ex.clusterName(),
+		downstreamPeer: info.peer, upstreamPeer: ex.upstreamPeer})
 	proto := "http"
 	if ex.grpc {
 		proto = "grpc"
 	}
-	k := requestKey{reporter: reporter, service: serviceName(req.Host, info.dst), cluster: ex.clusterName(), protocol: proto, code: code, flags: ex.flags}
+	k := requestKey{service: serviceName(req.Host, info.dst), cluster: ex.clusterName(), protocol: proto, code: code, flags: ex.flags}
+	w.principals(&k, st.listeners[info.listener], info, ex.upMTLS, ex.upstreamPeer)
 	w.requestStats(k).observe(d)
 }
 

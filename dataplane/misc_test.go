@@ -202,7 +202,7 @@ func TestAccessLogJSONAndDrops(t *testing.T) {
 	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
 	start := time.Now()
 	for range 2 * accessLogQueue {
-		al.write(0, &e, "", "", "c")
+		al.write(0, &e, logExtra{cluster: "c"})
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("writing to a blocked log took %v", d)

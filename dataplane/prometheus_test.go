@@ -62,7 +62,7 @@ func TestPrometheusExposition(t *testing.T) {
 		`envoy_cluster_upstream_cx_active{envoy_cluster_name="echo"}`,
 		`envoy_cluster_lb_zone_routing_all_directly{envoy_cluster_name="echo"} 0`,
 		`envoy_cluster_membership_healthy{envoy_cluster_name="echo"} 1`,
-		`istio_requests_total{destination_service="echo",destination_service_name="echo",reporter="source",request_protocol="http",response_code="200",response_flags="-",source_workload="client",upstream_cluster="echo"} 3`,
+		`istio_requests_total{connection_security_policy="none",destination_principal="unknown",destination_service="echo",destination_service_name="echo",reporter="source",request_protocol="http",response_code="200",response_flags="-",source_principal="unknown",source_workload="client",upstream_cluster="echo"} 3`,
 		`istio_request_duration_seconds_bucket{`,
 	} {
 		if !strings.Contains(text, want) {

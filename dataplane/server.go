@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/mtls"
 )
 
 // OriginalDstFunc recovers the destination an outbound connection was
@@ -48,6 +50,12 @@ type Options struct {
 	// StartNotReady keeps readiness failing until SetReady(true), for a
 	// sidecar that waits for its first configuration from the control plane.
 	StartNotReady bool
+	// Identity is the sidecar's workload certificate and trust bundles
+	// (fed by SDS). With it, meshed endpoints are reached with mutual TLS
+	// and inbound listeners terminate it (see config.InboundMTLS); nil
+	// means no mTLS: meshed endpoints are dialled in plaintext and inbound
+	// TLS is opaque TCP.
+	Identity *mtls.Store
 }
 
 // Server is a running data plane.
@@ -77,6 +85,8 @@ type Server struct {
 	started  time.Time
 	rnd      lb.Random // main loop only
 	admin    *adminServers
+
+	mtlsStats mtlsStats
 }
 
 // state is everything a worker reads per connection or request: immutable,
@@ -92,6 +102,10 @@ type listenerState struct {
 	staticDst   netip.AddrPort
 	serverFirst map[uint16]bool
 	routes      []*routeState
+	// Inbound listeners of a sidecar with an identity: the authorization
+	// and the TLS config that reads the current certificate per handshake.
+	policies  *mtls.PortPolicies
+	tlsConfig *tls.Config
 }
 
 type routeState struct {
@@ -334,6 +348,10 @@ func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
 		}
 		for _, p := range lc.ServerFirstPorts {
 			ls.serverFirst[p] = true
+		}
+		if lc.Direction == config.Inbound && s.opts.Identity != nil {
+			ls.policies = buildPolicies(lc.MTLS)
+			ls.tlsConfig = mtls.ServerConfig(s.opts.Identity, mtls.ServerOptions{Authorize: ls.policies.Authorize})
 		}
 		for j := range lc.Routes {
 			rc := &lc.Routes[j]

@@ -94,6 +94,8 @@ type requestKey struct {
 	code       int
 	flags      lb.ResponseFlags
 	grpcStatus string
+	// Identities ("" renders "unknown") and "mutual_tls" or "none".
+	sourcePrincipal, destPrincipal, security string
 }
 
 // requestStats is one worker's istio_requests_total and

@@ -3,32 +3,35 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/mtls"
 )
 
 // proxyTCP is the L4 proxy: one upstream per connection, picked once (with
 // one more pick on a connect failure, like Envoy's max_connect_attempts),
 // then bytes copied both ways with half-close. pre holds sniffed bytes.
-func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info connInfo, pre *bufio.Reader) {
+func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInfo, pre *bufio.Reader) {
 	defer c.Close()
 	e := lb.AccessLogEntry{StartTime: info.start, UpstreamServiceTime: -1}
-	var details, failure, clusterName string
+	var details, failure, clusterName, upstreamPeer string
 	var rx, tx uint64
+	upMTLS := false
 	defer func() {
 		e.Duration = time.Since(info.start)
 		e.BytesReceived, e.BytesSent = rx, tx
-		w.s.access.Load().write(w.id, &e, details, failure, clusterName)
-		reporter := "source"
-		if ls.cfg.Direction == "inbound" {
-			reporter = "destination"
-		}
-		w.requestStats(requestKey{reporter: reporter, service: serviceName("", info.dst), cluster: clusterName, protocol: "tcp", flags: e.Flags}).observe(e.Duration)
+		w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, cluster: clusterName,
+			downstreamPeer: info.peer, upstreamPeer: upstreamPeer})
+		k := requestKey{service: serviceName("", info.dst), cluster: clusterName, protocol: "tcp", flags: e.Flags}
+		w.principals(&k, ls, info, upMTLS, upstreamPeer)
+		w.requestStats(k).observe(e.Duration)
 	}()
 	r := ls.matchRoute(info.dst, "", false)
 	if r == nil {
@@ -51,7 +54,7 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 		}
 		tried = append(tried, h.ID)
 		e.UpstreamHost = h.Address
-		conn, err := w.dial(context.Background(), cl, h.Address) // no shared parent context
+		conn, err := w.dialHost(context.Background(), cl, h, mtls.ALPNOpaqueTCP) // no shared parent context
 		w.release(cl, h)
 		hc.rqActive.Add(-1)
 		if err != nil {
@@ -63,6 +66,12 @@ func (w *worker) proxyTCP(c *net.TCPConn, st *state, ls *listenerState, info con
 		if err == nil {
 			w.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectSuccessFinal})
 			up = conn
+			if tc, ok := conn.(*tls.Conn); ok {
+				upMTLS = true
+				if id, err := mtls.PeerID(tc.ConnectionState()); err == nil {
+					upstreamPeer = id.String()
+				}
+			}
 			break
 		}
 		var ce *connectError
@@ -111,5 +120,29 @@ func closeWrite(c net.Conn) {
 	}
 	if cc, ok := c.(*countedConn); ok {
 		closeWrite(cc.Conn)
+	}
+}
+
+// principals fills the identity labels of a request's metrics (Istio's
+// source_principal, destination_principal, connection_security_policy):
+// inbound, the mTLS peer and this sidecar; outbound, this sidecar and the
+// upstream's verified identity.
+func (w *worker) principals(k *requestKey, ls *listenerState, info connInfo, upMTLS bool, upstreamPeer string) {
+	self := ""
+	if w.s.opts.Identity != nil {
+		self = w.s.opts.Identity.Current().ID.String()
+	}
+	k.reporter, k.security = "source", "none"
+	k.sourcePrincipal, k.destPrincipal = self, upstreamPeer
+	if upMTLS {
+		k.security = "mutual_tls"
+	}
+	if ls != nil && ls.cfg.Direction == config.Inbound {
+		k.reporter = "destination"
+		k.sourcePrincipal, k.destPrincipal = info.peer, self
+		k.security = "none"
+		if info.mtls {
+			k.security = "mutual_tls"
+		}
 	}
 }

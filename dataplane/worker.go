@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -32,7 +33,8 @@ type worker struct {
 	rnd        lb.Random
 	pickers    map[*cluster]*lb.Picker
 	hosts      map[*cluster]map[string]*hostCounters
-	transports map[*cluster]http.RoundTripper
+	transports map[transportKey]http.RoundTripper
+	tlsConfigs map[[2]string]*tls.Config // by peer identity and ALPN
 	requests   map[requestKey]*requestStats
 
 	// events queues this worker's request results for the main loop.
@@ -47,7 +49,7 @@ type worker struct {
 
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
-		transports: map[*cluster]http.RoundTripper{}, requests: map[requestKey]*requestStats{}}
+		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[requestKey]*requestStats{}}
 	w.events = make(chan event, 4096)
 	w.bufs = newBufferPool()
 	w.proxy = w.newReverseProxy()
@@ -75,6 +77,10 @@ type connInfo struct {
 	dst      netip.AddrPort
 	src      string
 	start    time.Time
+	// peer is the SPIFFE ID of an inbound mutual-TLS peer ("" otherwise);
+	// mtls says the connection arrived over mutual TLS.
+	peer string
+	mtls bool
 }
 
 type connInfoKey struct{}
@@ -122,15 +128,27 @@ func (w *worker) serveConn(c *net.TCPConn, addr string) {
 	if !info.dst.IsValid() {
 		info.dst = ls.staticDst
 	}
+	if ls.tlsConfig != nil {
+		w.serveInbound(c, st, ls, info)
+		return
+	}
+	w.dispatch(c, nil, st, ls, info)
+}
+
+// dispatch detects the protocol of a plaintext connection (br, when set,
+// already holds its first bytes) and hands it to the TCP or HTTP proxy.
+func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *listenerState, info connInfo) {
 	proto := ls.cfg.Protocol
 	if ls.serverFirst[info.dst.Port()] {
 		proto = config.ProtocolTCP
 	}
 	if proto == config.ProtocolTCP {
-		w.proxyTCP(c, st, ls, info, nil)
+		w.proxyTCP(c, st, ls, info, br)
 		return
 	}
-	br := bufio.NewReaderSize(c, 4096)
+	if br == nil {
+		br = bufio.NewReaderSize(c, 4096)
+	}
 	kind := detect(c, br, ls.cfg.DetectionTimeout)
 	sc := &sniffedConn{TCPConn: c, r: br, info: info}
 	switch {
@@ -354,14 +372,20 @@ func (w *worker) release(c *cluster, h *lb.Host) {
 	w.mu.Unlock()
 }
 
-// transport returns this worker's upstream connection pool for c.
-func (w *worker) transport(c *cluster) http.RoundTripper {
+// transport returns this worker's upstream connection pool of the given
+// kind for c.
+func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
+	k := transportKey{c, kind}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.transports[c]
+	t := w.transports[k]
 	if t == nil {
-		t = newUpstreamTransport(w, c)
-		w.transports[c] = t
+		if kind == transportPlain {
+			t = newUpstreamTransport(w, c)
+		} else {
+			t = newMeshTransport(w, c, kind)
+		}
+		w.transports[k] = t
 	}
 	return t
 }
@@ -381,15 +405,25 @@ func (w *worker) requestStats(k requestKey) *requestStats {
 // upstream connections.
 func (w *worker) dropCluster(c *cluster) {
 	w.mu.Lock()
-	t := w.transports[c]
-	delete(w.transports, c)
+	var ts []http.RoundTripper
+	for k, t := range w.transports {
+		if k.c == c {
+			ts = append(ts, t)
+			delete(w.transports, k)
+		}
+	}
 	delete(w.pickers, c)
 	delete(w.hosts, c)
 	w.mu.Unlock()
-	closeIdle(t)
+	for _, t := range ts {
+		closeIdle(t)
+	}
 }
 
 func closeIdle(t http.RoundTripper) {
+	if t == nil {
+		return
+	}
 	if ci, ok := t.(interface{ CloseIdleConnections() }); ok {
 		ci.CloseIdleConnections()
 	}

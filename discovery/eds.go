@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -32,9 +33,16 @@ const (
 	// filter_metadata["meshlet.io"] saying that the endpoint's pod runs a
 	// meshlet sidecar, so it is reached with mTLS.
 	MeshedField = "meshed"
+	// IdentityField is the string in an LbEndpoint's
+	// filter_metadata["meshlet.io"] naming the SPIFFE ID the meshed
+	// endpoint must present (its pod's service account).
+	IdentityField = "identity"
 	// MeshedMetadataKey is the lb.Endpoint.Metadata key set to "true" for
 	// a meshed endpoint.
-	MeshedMetadataKey = "meshed"
+	MeshedMetadataKey = config.MetadataMeshed
+	// IdentityMetadataKey is the lb.Endpoint.Metadata key holding a meshed
+	// endpoint's expected SPIFFE ID.
+	IdentityMetadataKey = config.MetadataIdentity
 	// LocalClusterName is the cluster the control plane sends every
 	// sidecar with the endpoints of the sidecar's own service (Envoy's
 	// cluster_manager.local_cluster_name), for zone-aware routing.
@@ -132,32 +140,12 @@ type LoadAssignment struct {
 }
 
 // TranslateEDSLoadAssignment translates an EDS ClusterLoadAssignment with
-// TranslateClusterLoadAssignment and adds, to each endpoint whose
-// filter_metadata["meshlet.io"] has meshed: true, the lb metadata
-// MeshedMetadataKey = "true".
+// TranslateClusterLoadAssignment (whose endpoints carry MeshedMetadataKey
+// and IdentityMetadataKey from filter_metadata["meshlet.io"]).
 func TranslateEDSLoadAssignment(cla *endpointv3.ClusterLoadAssignment) (LoadAssignment, error) {
 	eps, prios, opf, wph, err := TranslateClusterLoadAssignment(cla)
 	if err != nil {
 		return LoadAssignment{}, err
-	}
-	// TranslateClusterLoadAssignment keeps the order of the input, so the
-	// i-th endpoint is the i-th LbEndpoint in document order.
-	i := 0
-	for g, group := range cla.GetEndpoints() {
-		for j, lbe := range group.GetLbEndpoints() {
-			p := path("endpoints").index(g).field("lb_endpoints").index(j).field("metadata")
-			meshed, err := endpointMeshed(p, lbe.GetMetadata())
-			if err != nil {
-				return LoadAssignment{}, fmt.Errorf("discovery: load assignment %q: %w", cla.GetClusterName(), err)
-			}
-			if meshed {
-				md := make(map[string]string, len(eps[i].Metadata)+1)
-				maps.Copy(md, eps[i].Metadata)
-				md[MeshedMetadataKey] = "true"
-				eps[i].Metadata = md
-			}
-			i++
-		}
 	}
 	return LoadAssignment{Endpoints: eps, Priorities: prios, OverprovisioningFactor: opf, WeightedPriorityHealth: wph}, nil
 }
@@ -170,26 +158,41 @@ func (a LoadAssignment) ApplyTo(c *config.Cluster) {
 	c.WeightedPriorityHealth = a.WeightedPriorityHealth
 }
 
-// endpointMeshed reads filter_metadata["meshlet.io"].meshed (false when
-// absent).
-func endpointMeshed(p path, md *corev3.Metadata) (bool, error) {
+// endpointMeshed reads filter_metadata["meshlet.io"]: meshed (false when
+// absent) and identity (a SPIFFE ID, only with meshed: true).
+func endpointMeshed(p path, md *corev3.Metadata) (meshed bool, identity string, err error) {
 	s, ok := md.GetFilterMetadata()[MetadataNamespace]
 	if !ok {
-		return false, nil
+		return false, "", nil
 	}
 	sp := p.field("filter_metadata").key(MetadataNamespace)
-	meshed := false
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
-		if k != MeshedField {
-			return false, sp.field(k).errorf("not supported by meshlet (want %s)", MeshedField)
+		v := s.GetFields()[k]
+		switch k {
+		case MeshedField:
+			b, isBool := v.GetKind().(*structpb.Value_BoolValue)
+			if !isBool {
+				return false, "", sp.field(k).errorf("want a bool")
+			}
+			meshed = b.BoolValue
+		case IdentityField:
+			str, isString := v.GetKind().(*structpb.Value_StringValue)
+			if !isString {
+				return false, "", sp.field(k).errorf("want a string (a SPIFFE ID)")
+			}
+			id, err := spiffeid.FromString(str.StringValue)
+			if err != nil {
+				return false, "", sp.field(k).errorf("%q: %v", str.StringValue, err)
+			}
+			identity = id.String()
+		default:
+			return false, "", sp.field(k).errorf("not supported by meshlet (want %s or %s)", MeshedField, IdentityField)
 		}
-		b, isBool := s.GetFields()[k].GetKind().(*structpb.Value_BoolValue)
-		if !isBool {
-			return false, sp.field(k).errorf("want a bool")
-		}
-		meshed = b.BoolValue
 	}
-	return meshed, nil
+	if identity != "" && !meshed {
+		return false, "", sp.field(IdentityField).errorf("set on an endpoint that is not meshed (want %s: true)", MeshedField)
+	}
+	return meshed, identity, nil
 }
 
 // ServiceRoutes returns the outbound routes the control plane attached to

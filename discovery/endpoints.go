@@ -156,10 +156,25 @@ func translateLbEndpoint(p path, lbe *endpointv3.LbEndpoint) (lb.Endpoint, error
 		return ep, p.field("health_status").errorf("unknown health status %s", lbe.GetHealthStatus())
 	}
 	ep.Health = h
-	if key, ok, err := hashKey(p.field("metadata"), lbe.GetMetadata()); err != nil {
+	key, hasKey, err := hashKey(p.field("metadata"), lbe.GetMetadata())
+	if err != nil {
 		return ep, err
-	} else if ok {
-		ep.Metadata = map[string]string{"hash_key": key}
+	}
+	meshed, identity, err := endpointMeshed(p.field("metadata"), lbe.GetMetadata())
+	if err != nil {
+		return ep, err
+	}
+	if hasKey || meshed {
+		ep.Metadata = map[string]string{}
+	}
+	if hasKey {
+		ep.Metadata["hash_key"] = key
+	}
+	if meshed {
+		ep.Metadata[MeshedMetadataKey] = "true"
+	}
+	if identity != "" {
+		ep.Metadata[IdentityMetadataKey] = identity
 	}
 	return ep, nil
 }

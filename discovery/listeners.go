@@ -2,16 +2,22 @@ package discovery
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 var (
 	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
-		"detection_timeout", "server_first_ports", "routes"}
-	routeKeys = []string{"name", "match", "cluster", "timeout", "retry_policy"}
+		"detection_timeout", "server_first_ports", "routes", "mtls"}
+	peerAuthKeys = []string{"mode", "principals", "namespaces", "trust_domains"}
+	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy"}
 	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
 	httpOnlyRouteKeys = []string{"timeout", "retry_policy"}
 )
@@ -72,6 +78,11 @@ func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 	for i, port := range l.ServerFirstPorts {
 		if port == 0 {
 			return l, p.field("server_first_ports").index(i).errorf("0 is not a port")
+		}
+	}
+	if o.has("mtls") {
+		if l.MTLS, err = decodeInboundMTLS(p.field("mtls"), o.raw("mtls")); err != nil {
+			return l, err
 		}
 	}
 	routes, err := o.list("routes")
@@ -146,4 +157,78 @@ func decodeRoute(p path, raw json.RawMessage, protocol config.Protocol) (config.
 		}
 	}
 	return r, nil
+}
+
+// decodeInboundMTLS reads an inbound listener's mtls section:
+//
+//	mtls: {mode: STRICT|PERMISSIVE (default PERMISSIVE), principals: [SPIFFE ID],
+//	       namespaces: [name], trust_domains: [name],
+//	       ports: {"<port>": {mode, principals, namespaces, trust_domains}}}
+//
+// A port entry's unset mode is the listener's.
+func decodeInboundMTLS(p path, raw json.RawMessage) (*config.InboundMTLS, error) {
+	o, err := decodeObject(p, raw, append([]string{"ports"}, peerAuthKeys...)...)
+	if err != nil {
+		return nil, err
+	}
+	m := &config.InboundMTLS{}
+	if m.PeerAuthorization, err = decodePeerAuthorization(o, config.MTLSPermissive); err != nil {
+		return nil, err
+	}
+	var ports map[string]json.RawMessage
+	if err := o.get("ports", &ports); err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(ports)) {
+		n, err := strconv.ParseUint(k, 10, 16)
+		if err != nil || n == 0 {
+			return nil, p.field("ports").key(k).errorf("not a port number")
+		}
+		po, err := decodeObject(p.field("ports").key(k), ports[k], peerAuthKeys...)
+		if err != nil {
+			return nil, err
+		}
+		pa, err := decodePeerAuthorization(po, m.Mode)
+		if err != nil {
+			return nil, err
+		}
+		if m.Ports == nil {
+			m.Ports = map[uint16]config.PeerAuthorization{}
+		}
+		m.Ports[uint16(n)] = pa
+	}
+	return m, nil
+}
+
+func decodePeerAuthorization(o *object, mode config.MTLSMode) (config.PeerAuthorization, error) {
+	pa := config.PeerAuthorization{Mode: mode}
+	var m string
+	if err := o.get("mode", &m); err != nil {
+		return pa, err
+	}
+	if o.has("mode") {
+		pa.Mode = config.MTLSMode(strings.ToUpper(m))
+		if pa.Mode != config.MTLSStrict && pa.Mode != config.MTLSPermissive {
+			return pa, o.p.field("mode").errorf("%q (want STRICT or PERMISSIVE)", m)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]string
+	}{{"principals", &pa.Principals}, {"namespaces", &pa.Namespaces}, {"trust_domains", &pa.TrustDomains}} {
+		if err := o.get(f.key, f.dst); err != nil {
+			return pa, err
+		}
+	}
+	for i, id := range pa.Principals {
+		if _, err := spiffeid.FromString(id); err != nil {
+			return pa, o.p.field("principals").index(i).errorf("%q: %v", id, err)
+		}
+	}
+	for i, td := range pa.TrustDomains {
+		if _, err := spiffeid.TrustDomainFromString(td); err != nil {
+			return pa, o.p.field("trust_domains").index(i).errorf("%q: %v", td, err)
+		}
+	}
+	return pa, nil
 }

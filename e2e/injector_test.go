@@ -31,11 +31,18 @@ import (
 
 func startInjector(t *testing.T, c *Cluster) (*injector.Server, context.CancelFunc) {
 	t.Helper()
+	return startInjectorWith(t, c, func(*injector.Options) {})
+}
+
+// startInjectorWith is startInjector with options changed by edit.
+func startInjectorWith(t *testing.T, c *Cluster, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
+	t.Helper()
 	opts := injector.DefaultOptions()
 	opts.Hosts = []string{"127.0.0.1", "localhost"}
 	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	opts.SyncInterval = 300 * time.Millisecond
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	edit(&opts)
 	s := injector.New(c.Client, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

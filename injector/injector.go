@@ -64,7 +64,10 @@ type Options struct {
 	ControlPlaneService string
 	// SyncInterval of the caBundle / ConfigMap loop (default 10 s).
 	SyncInterval time.Duration
-	Logger       *slog.Logger
+	// CertTTL is the lifetime of workload certificates (default
+	// mtls.DefaultWorkloadTTL, 24 h).
+	CertTTL time.Duration
+	Logger  *slog.Logger
 }
 
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
@@ -187,7 +190,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	// the sidecar's projected ServiceAccount token, checked with a
 	// TokenReview.
 	tokens := &kubeauth.TokenReviewAuthenticator{Client: s.client, Audiences: []string{sds.TokenAudience}}
-	sdsSrv, err := sds.NewServer(sds.ServerConfig{CA: ca, Authenticator: tokens,
+	sdsSrv, err := sds.NewServer(sds.ServerConfig{CA: ca, Authenticator: tokens, CertTTL: s.opts.CertTTL,
 		ServingHosts: s.opts.Hosts, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("injector: sds: %w", err)
@@ -196,7 +199,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("injector: sds tls: %w", err)
 	}
-	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
+	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, TrustDomain: s.opts.TrustDomain, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
 		token, err := sds.BearerToken(ctx)
 		if err != nil {
 			return "", "", err

@@ -189,6 +189,35 @@ func TestClientVerifiesServer(t *testing.T) {
 			waitResult(t, results) // the server sees the client's alert
 		})
 	}
+	t.Run("trust domain only", func(t *testing.T) {
+		td := spiffeid.RequireTrustDomainFromString("cluster.local")
+		for _, tc := range []struct {
+			server *Store
+			ok     bool
+		}{{storeFor(t, m.ca, srvID, time.Hour), true}, {storeFor(t, m.ca, srvID, time.Hour), false}} {
+			addr, results := tlsServer(t, ServerConfig(tc.server, ServerOptions{}))
+			want := td
+			if !tc.ok {
+				want = spiffeid.RequireTrustDomainFromString("example.org")
+			}
+			cfg, err := ClientConfig(cliStore, ClientOptions{ServerTrustDomain: want})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := dial(addr, cfg)
+			if tc.ok != (err == nil) {
+				t.Fatalf("expecting trust domain %s: error %v, want ok=%v", want.Name(), err, tc.ok)
+			}
+			if err == nil {
+				c.Close()
+				continue
+			}
+			if RefusalReason(err) != ReasonWrongID || !strings.Contains(err.Error(), `expected a member of trust domain "example.org"`) {
+				t.Errorf("client error %v", err)
+			}
+			waitResult(t, results)
+		}
+	})
 	if _, err := ClientConfig(cliStore, ClientOptions{}); err == nil {
 		t.Error("ClientConfig without ServerID succeeded")
 	}

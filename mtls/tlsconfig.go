@@ -12,11 +12,25 @@ import (
 )
 
 // ALPN protocol names between sidecars: the receiving sidecar learns from the
-// handshake whether the stream carries HTTP/2 or opaque TCP.
+// handshake whether the stream carries HTTP/2 or opaque TCP. Both are
+// meshlet's own names (Istio's "istio-h2" idea), so an inbound listener in
+// PERMISSIVE mode tells a peer sidecar's ClientHello from the app's own TLS
+// clients, which offer "h2" or "http/1.1" (IsMeshALPN).
 const (
-	ALPNHTTP2     = "h2"          // the stream is HTTP/2
+	ALPNHTTP2     = "meshlet-h2"  // the stream is HTTP/2
 	ALPNOpaqueTCP = "meshlet-tcp" // the stream is opaque TCP bytes
 )
+
+// IsMeshALPN reports whether a ClientHello's ALPN list offers one of the
+// protocols peer sidecars use.
+func IsMeshALPN(protos []string) bool {
+	for _, p := range protos {
+		if p == ALPNHTTP2 || p == ALPNOpaqueTCP {
+			return true
+		}
+	}
+	return false
+}
 
 // ServerOptions tunes ServerConfig. The zero value accepts any peer whose
 // certificate verifies against the store's bundles.
@@ -86,8 +100,12 @@ func ServerConfig(store *Store, opts ServerOptions) *tls.Config {
 
 // ClientOptions tunes ClientConfig.
 type ClientOptions struct {
-	// ServerID is the SPIFFE ID the server must present; required.
+	// ServerID is the SPIFFE ID the server must present.
 	ServerID spiffeid.ID
+	// ServerTrustDomain, used only when ServerID is zero, accepts any
+	// server of this trust domain (an endpoint whose identity the
+	// configuration does not name). One of the two is required.
+	ServerTrustDomain spiffeid.TrustDomain
 	// NextProto is the ALPN protocol offered (ALPNHTTP2 or ALPNOpaqueTCP);
 	// the server must select it. Empty offers none.
 	NextProto string
@@ -98,10 +116,10 @@ type ClientOptions struct {
 // ClientConfig returns the TLS configuration for dialing a peer sidecar:
 // the client certificate and the bundles the server is verified against are
 // read from store at handshake time, and the server must present
-// opts.ServerID. TLS 1.3 only.
+// opts.ServerID (or belong to opts.ServerTrustDomain). TLS 1.3 only.
 func ClientConfig(store *Store, opts ClientOptions) (*tls.Config, error) {
-	if opts.ServerID.IsZero() {
-		return nil, errors.New("mtls: client config: the expected server SPIFFE ID is empty")
+	if opts.ServerID.IsZero() && opts.ServerTrustDomain.IsZero() {
+		return nil, errors.New("mtls: client config: neither the expected server SPIFFE ID nor its trust domain is set")
 	}
 	now := opts.Now
 	if now == nil {
@@ -124,8 +142,11 @@ func ClientConfig(store *Store, opts ClientOptions) (*tls.Config, error) {
 			if err != nil {
 				return err
 			}
-			if id != opts.ServerID {
+			switch {
+			case !opts.ServerID.IsZero() && id != opts.ServerID:
 				return &PeerError{Reason: ReasonWrongID, ID: id, Err: fmt.Errorf("server presented %s, expected %s", id, opts.ServerID)}
+			case opts.ServerID.IsZero() && id.TrustDomain() != opts.ServerTrustDomain:
+				return &PeerError{Reason: ReasonWrongID, ID: id, Err: fmt.Errorf("server presented %s, expected a member of trust domain %q", id, opts.ServerTrustDomain.Name())}
 			}
 			if opts.NextProto != "" && cs.NegotiatedProtocol != opts.NextProto {
 				return &PeerError{Reason: ReasonProtocolRefuse, ID: id, Err: fmt.Errorf("server selected ALPN %q, offered %q", cs.NegotiatedProtocol, opts.NextProto)}

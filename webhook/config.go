@@ -36,6 +36,9 @@ const (
 	ExcludeInboundPortsAnnotation  = "meshlet.io/exclude-inbound-ports"
 	ExcludeOutboundPortsAnnotation = "meshlet.io/exclude-outbound-ports"
 	ExcludeOutboundCIDRsAnnotation = "meshlet.io/exclude-outbound-cidrs"
+	// MTLSModeAnnotation sets the pod's inbound mTLS mode: "STRICT" or
+	// "PERMISSIVE" (the default, as Istio's PeerAuthentication).
+	MTLSModeAnnotation = "meshlet.io/mtls-mode"
 	// RewriteProbesAnnotation "false" keeps the app's probes as they are.
 	RewriteProbesAnnotation = "meshlet.io/rewrite-app-probes"
 )

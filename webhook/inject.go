@@ -141,6 +141,7 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("POD_UID", "metadata.uid"),
 		fieldEnv("POD_IP", "status.podIP"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
 		{Name: "MESHLET_CONTROL_PLANE", Value: cfg.ControlPlane},
+		{Name: "MESHLET_TRUST_DOMAIN", Value: cfg.TrustDomain},
 		{Name: "MESHLET_HOST_CGROUP", Value: HostCgroupPath},
 	}
 	if ports := appPorts(pod); ports != "" {
@@ -157,13 +158,21 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		}
 		env = append(env, corev1.EnvVar{Name: ex.env, Value: v})
 	}
+	if v, ok := pod.Annotations[MTLSModeAnnotation]; ok {
+		m := strings.ToUpper(strings.TrimSpace(v))
+		if m != "STRICT" && m != "PERMISSIVE" {
+			return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q (want STRICT or PERMISSIVE)", MTLSModeAnnotation, v)
+		}
+		env = append(env, corev1.EnvVar{Name: "MESHLET_MTLS_MODE", Value: m})
+	}
 	root := int64(0)
 	c := corev1.Container{
 		Name: ProxyContainer, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
 		// The pod config (listeners on Istio's ports, inbound routes to the
-		// app ports), clusters and routes over xDS from the control plane,
-		// authenticated with the projected token over TLS to the mesh root.
-		Args: []string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)",
+		// app ports), clusters and routes over xDS and the workload
+		// certificate over SDS from the control plane, authenticated with
+		// the projected token over TLS to the mesh root.
+		Args: []string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)", "--sds=$(MESHLET_CONTROL_PLANE)",
 			"--xds-ca=" + RootCAPath + "/root-cert.pem", "--xds-token=" + TokenPath + "/meshlet-token"},
 		Env: env, Resources: res,
 		Ports: []corev1.ContainerPort{

@@ -153,7 +153,7 @@ func TestInjectClassicAndIdempotent(t *testing.T) {
 
 func TestInjectAnnotationErrors(t *testing.T) {
 	for ann, v := range map[string]string{ModeAnnotation: "sideways", CPURequestAnnotation: "lots",
-		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar"} {
+		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar", MTLSModeAnnotation: "DISABLE"} {
 		p := appPod()
 		p.Annotations = map[string]string{ann: v}
 		if _, err := Inject(p, DefaultConfig()); err == nil || !strings.Contains(err.Error(), ann) {
@@ -161,12 +161,23 @@ func TestInjectAnnotationErrors(t *testing.T) {
 		}
 	}
 	p := appPod()
-	p.Annotations = map[string]string{ExcludeOutboundPortsAnnotation: "3306, 5432", ImageAnnotation: "my/proxy:2", MemoryLimitAnnotation: "1Gi"}
+	p.Annotations = map[string]string{ExcludeOutboundPortsAnnotation: "3306, 5432", ImageAnnotation: "my/proxy:2", MemoryLimitAnnotation: "1Gi",
+		MTLSModeAnnotation: "strict"}
 	out, err := Inject(p, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := out.Spec.InitContainers[0]
+	env := map[string]string{}
+	for _, e := range proxy.Env {
+		env[e.Name] = e.Value
+	}
+	if env["MESHLET_MTLS_MODE"] != "STRICT" || env["MESHLET_TRUST_DOMAIN"] != "cluster.local" {
+		t.Errorf("mTLS env: %v", env)
+	}
+	if args := strings.Join(proxy.Args, " "); !strings.Contains(args, "--sds=$(MESHLET_CONTROL_PLANE)") {
+		t.Errorf("args %s lack --sds", args)
+	}
 	if proxy.Image != "my/proxy:2" || proxy.Resources.Limits.Memory().String() != "1Gi" {
 		t.Errorf("overrides: image %s limits %v", proxy.Image, proxy.Resources.Limits)
 	}

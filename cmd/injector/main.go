@@ -80,6 +80,7 @@ func serve(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the CA Secret")
 	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain")
+	fs.DurationVar(&opts.CertTTL, "workload-cert-ttl", opts.CertTTL, "lifetime of workload certificates (0: 24h)")
 	fs.StringVar(&opts.Sidecar.Image, "image", opts.Sidecar.Image, "sidecar image to inject")
 	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "webhook HTTPS listen address")
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "SDS + xDS listen address")

@@ -6,9 +6,13 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/lb"
 )
@@ -123,7 +127,52 @@ type Listener struct {
 	// (MySQL, SMTP, ...): no sniffing, straight TCP.
 	ServerFirstPorts []uint16
 	Routes           []Route
+	// MTLS is an inbound listener's peer authentication and authorization;
+	// nil means PERMISSIVE with every verified peer allowed (Istio's
+	// default). It applies when the sidecar has a workload identity.
+	MTLS *InboundMTLS
 }
+
+// MTLSMode says whether an inbound port also accepts plaintext (Istio's
+// PeerAuthentication modes).
+type MTLSMode string
+
+const (
+	// MTLSStrict accepts only mutual TLS from peer sidecars.
+	MTLSStrict MTLSMode = "STRICT"
+	// MTLSPermissive accepts mutual TLS and plaintext.
+	MTLSPermissive MTLSMode = "PERMISSIVE"
+)
+
+// PeerAuthorization is the mode and the allow lists of inbound ports. A
+// verified peer is allowed when it matches any entry; with all three lists
+// empty every verified peer is.
+type PeerAuthorization struct {
+	Mode MTLSMode
+	// Principals are SPIFFE IDs allowed exactly.
+	Principals []string
+	// Namespaces allow spiffe://<any trusted domain>/ns/<namespace>/sa/<any>.
+	Namespaces []string
+	// TrustDomains allow every peer of these trust domains.
+	TrustDomains []string
+}
+
+// InboundMTLS is the default PeerAuthorization of an inbound listener and
+// its per-port overrides (keyed by the original destination port).
+type InboundMTLS struct {
+	PeerAuthorization
+	Ports map[uint16]PeerAuthorization
+}
+
+// Endpoint metadata keys (lb.Endpoint.Metadata) the data plane reads.
+const (
+	// MetadataMeshed is "true" on an endpoint whose pod runs a meshlet
+	// sidecar: it is reached with mutual TLS.
+	MetadataMeshed = "meshed"
+	// MetadataIdentity is the SPIFFE ID a meshed endpoint must present;
+	// without it any peer of the sidecar's own trust domain is accepted.
+	MetadataIdentity = "identity"
+)
 
 // Route maps an original destination (and for HTTP a host) to a cluster.
 type Route struct {
@@ -204,6 +253,30 @@ type Cluster struct {
 	IgnoreNewHostsUntilFirstHC bool
 }
 
+func (pa *PeerAuthorization) validate(where string) error {
+	switch pa.Mode {
+	case MTLSStrict, MTLSPermissive:
+	default:
+		return fmt.Errorf("config: %s.mode: %q (want STRICT or PERMISSIVE)", where, pa.Mode)
+	}
+	for i, id := range pa.Principals {
+		if _, err := spiffeid.FromString(id); err != nil {
+			return fmt.Errorf("config: %s.principals[%d]: %q: %v", where, i, id, err)
+		}
+	}
+	for i, ns := range pa.Namespaces {
+		if ns == "" || strings.Contains(ns, "/") {
+			return fmt.Errorf("config: %s.namespaces[%d]: %q is not a namespace name", where, i, ns)
+		}
+	}
+	for i, td := range pa.TrustDomains {
+		if _, err := spiffeid.TrustDomainFromString(td); err != nil {
+			return fmt.Errorf("config: %s.trust_domains[%d]: %q: %v", where, i, td, err)
+		}
+	}
+	return nil
+}
+
 // ClusterByName returns the named cluster or nil.
 func (c *Config) ClusterByName(name string) *Cluster {
 	for i := range c.Clusters {
@@ -279,6 +352,20 @@ func (c *Config) Validate() error {
 		if l.OriginalDestination != "" {
 			if _, err := netip.ParseAddrPort(l.OriginalDestination); err != nil {
 				return fmt.Errorf("config: %s.original_destination %q: %v", where, l.OriginalDestination, err)
+			}
+		}
+		if l.MTLS != nil {
+			if l.Direction != Inbound {
+				return fmt.Errorf("config: %s.mtls: only inbound listeners authenticate peers", where)
+			}
+			if err := l.MTLS.PeerAuthorization.validate(where + ".mtls"); err != nil {
+				return err
+			}
+			for _, port := range slices.Sorted(maps.Keys(l.MTLS.Ports)) {
+				pa := l.MTLS.Ports[port]
+				if err := pa.validate(fmt.Sprintf("%s.mtls.ports[%d]", where, port)); err != nil {
+					return err
+				}
 			}
 		}
 		for j, r := range l.Routes {

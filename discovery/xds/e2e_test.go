@@ -232,8 +232,8 @@ func mesh(s *Server) {
 	s.UpsertService(web)
 	s.UpsertEndpointSlice(slice("default", "web-1", "web", v4, []string{"http:8080"},
 		ep{addr: "10.0.2.1", pod: "web-a", node: "n-a"}, ep{addr: "10.0.2.2", pod: "web-b", node: "n-b"}))
-	s.SetPodMeshed(nn("default", "echo-a"), true)
-	s.SetPodMeshed(nn("default", "web-a"), true)
+	s.SetPodMeshed(nn("default", "echo-a"), true, "echo")
+	s.SetPodMeshed(nn("default", "web-a"), true, "")
 	s.SetProxy("web-a.default", ProxyInfo{LocalService: nn("default", "web"), Locality: &lb.Locality{Region: "r1", Zone: "a"}})
 }
 

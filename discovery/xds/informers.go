@@ -20,7 +20,8 @@ const statusAnnotation = "meshlet.io/status"
 
 // RunInformers feeds s from the API server: shared informers on Services,
 // EndpointSlices, Nodes and Pods (pods only for their meshlet.io/status
-// annotation, so the informer keeps nothing else of them). Once every cache
+// annotation and service account, so the informer keeps nothing else of
+// them). Once every cache
 // has synced it calls s.SetSynced, so sidecars never get an empty mesh. It
 // returns when ctx ends, or with an error if the caches never sync.
 func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, resync time.Duration) error {
@@ -37,6 +38,7 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 		}
 		slim := &corev1.Pod{}
 		slim.Namespace, slim.Name, slim.ResourceVersion = p.Namespace, p.Name, p.ResourceVersion
+		slim.Spec.ServiceAccountName = p.Spec.ServiceAccountName
 		if v, ok := p.Annotations[statusAnnotation]; ok {
 			slim.Annotations = map[string]string{statusAnnotation: v}
 		}
@@ -58,8 +60,8 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 		{pods, func(o any) {
 			p := o.(*corev1.Pod)
 			_, meshed := p.Annotations[statusAnnotation]
-			s.SetPodMeshed(key(p.Namespace, p.Name), meshed)
-		}, func(o any) { p := o.(*corev1.Pod); s.SetPodMeshed(key(p.Namespace, p.Name), false) }},
+			s.SetPodMeshed(key(p.Namespace, p.Name), meshed, p.Spec.ServiceAccountName)
+		}, func(o any) { p := o.(*corev1.Pod); s.SetPodMeshed(key(p.Namespace, p.Name), false, "") }},
 	}
 	for _, h := range handlers {
 		h := h

@@ -35,8 +35,8 @@ type ServiceInput struct {
 	Nodes map[string]*corev1.Node
 	// MeshedPods are the pods that run a meshlet sidecar (their
 	// meshlet.io/status annotation), matched through the endpoint's
-	// targetRef.
-	MeshedPods map[types.NamespacedName]bool
+	// targetRef, with the SPIFFE ID each must present ("" names none).
+	MeshedPods map[types.NamespacedName]string
 	// ClusterDomain defaults to DefaultClusterDomain.
 	ClusterDomain string
 }
@@ -71,7 +71,8 @@ type ServiceCluster struct {
 //     counts as serving) and terminating -> DRAINING, else UNHEALTHY; an
 //     address in several slices keeps its healthiest entry;
 //   - weight 1; each locality's weight is its number of endpoints;
-//   - filter_metadata["meshlet.io"].meshed for pods in MeshedPods.
+//   - filter_metadata["meshlet.io"].meshed and .identity for pods in
+//     MeshedPods.
 //
 // The Service's annotations (ANNOTATIONS.md) set the balancing policy,
 // zone-aware or locality-weighted balancing, the overprovisioning factor,
@@ -150,6 +151,7 @@ type endpoint struct {
 	locality lb.Locality
 	health   corev3.HealthStatus
 	meshed   bool
+	identity string
 }
 
 // healthRank orders health for de-duplication (lower is better).
@@ -184,8 +186,8 @@ func loadAssignment(name, portName string, own []*discoveryv1.EndpointSlice, in 
 				addr:     netip.AddrPortFrom(ip.Unmap(), port),
 				locality: endpointLocality(e, in.Nodes),
 				health:   endpointHealth(e.Conditions),
-				meshed:   podMeshed(e.TargetRef, s.Namespace, in.MeshedPods),
 			}
+			ep.identity, ep.meshed = podMeshed(e.TargetRef, s.Namespace, in.MeshedPods)
 			if old, dup := byAddr[ep.addr]; dup && healthRank(old.health) <= healthRank(ep.health) {
 				continue
 			}
@@ -268,16 +270,18 @@ func endpointHealth(c discoveryv1.EndpointConditions) corev3.HealthStatus {
 	return corev3.HealthStatus_UNHEALTHY
 }
 
-// podMeshed says whether the endpoint's target pod is meshed.
-func podMeshed(ref *corev1.ObjectReference, sliceNamespace string, meshed map[types.NamespacedName]bool) bool {
+// podMeshed says whether the endpoint's target pod is meshed, and its
+// SPIFFE ID.
+func podMeshed(ref *corev1.ObjectReference, sliceNamespace string, meshed map[types.NamespacedName]string) (string, bool) {
 	if ref == nil || (ref.Kind != "" && ref.Kind != "Pod") {
-		return false
+		return "", false
 	}
 	ns := ref.Namespace
 	if ns == "" {
 		ns = sliceNamespace
 	}
-	return meshed[types.NamespacedName{Namespace: ns, Name: ref.Name}]
+	id, ok := meshed[types.NamespacedName{Namespace: ns, Name: ref.Name}]
+	return id, ok
 }
 
 // lbEndpoint renders one endpoint.
@@ -293,9 +297,11 @@ func lbEndpoint(ep endpoint) *endpointv3.LbEndpoint {
 		LoadBalancingWeight: wrapperspb.UInt32(1),
 	}
 	if ep.meshed {
-		lbe.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			discovery.MetadataNamespace: {Fields: map[string]*structpb.Value{discovery.MeshedField: structpb.NewBoolValue(true)}},
-		}}
+		fields := map[string]*structpb.Value{discovery.MeshedField: structpb.NewBoolValue(true)}
+		if ep.identity != "" {
+			fields[discovery.IdentityField] = structpb.NewStringValue(ep.identity)
+		}
+		lbe.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{discovery.MetadataNamespace: {Fields: fields}}}
 	}
 	return lbe
 }

@@ -150,14 +150,15 @@ func TestTranslateServiceMeshed(t *testing.T) {
 	in := ServiceInput{
 		Service: service("default", "echo", nil, "http:80"),
 		Slices:  []*discoveryv1.EndpointSlice{es},
-		MeshedPods: map[types.NamespacedName]bool{nn("default", "echo-a"): true, nn("default", "not-a-pod"): true,
-			nn("other", "echo-b"): true},
+		MeshedPods: map[types.NamespacedName]string{nn("default", "echo-a"): "spiffe://cluster.local/ns/default/sa/echo",
+			nn("default", "not-a-pod"): "spiffe://cluster.local/ns/default/sa/vm", nn("other", "echo-b"): ""},
 	}
 	got := map[string]string{}
 	for _, e := range resolve(t, translateOne(t, in)).Endpoints {
-		got[e.Address] = e.Metadata[discovery.MeshedMetadataKey]
+		got[e.Address] = e.Metadata[discovery.MeshedMetadataKey] + " " + e.Metadata[discovery.IdentityMetadataKey]
 	}
-	eq(t, got, map[string]string{"10.0.0.1:8080": "true", "10.0.0.2:8080": "", "10.0.0.3:8080": "", "10.0.0.4:8080": ""})
+	eq(t, got, map[string]string{"10.0.0.1:8080": "true spiffe://cluster.local/ns/default/sa/echo", "10.0.0.2:8080": " ",
+		"10.0.0.3:8080": " ", "10.0.0.4:8080": " "})
 }
 
 func TestTranslateServicePortsAndSlices(t *testing.T) {
@@ -426,7 +427,7 @@ func TestTranslateServiceRoundTrip(t *testing.T) {
 			ep{addr: "10.0.0.1", node: "n-a", pod: "p1"}, ep{addr: "10.0.0.2", node: "n-b", cond: "terminating-serving"},
 			ep{addr: "10.0.0.3", node: "n-c", cond: "notready"})},
 		Nodes:      threeZones(),
-		MeshedPods: map[types.NamespacedName]bool{nn("default", "p1"): true},
+		MeshedPods: map[types.NamespacedName]string{nn("default", "p1"): "spiffe://cluster.local/ns/default/sa/p1"},
 	}
 	scs, err := TranslateService(in)
 	if err != nil {
@@ -449,15 +450,12 @@ func TestTranslateServiceRoundTrip(t *testing.T) {
 		eq(t, viaStatic.Endpoints, eps)
 		eq(t, [3]any{viaStatic.Priorities, viaStatic.OverprovisioningFactor, viaStatic.WeightedPriorityHealth}, [3]any{prios, opf, wph})
 
-		// The EDS path gives the same cluster, plus the meshed marker the
-		// static translation does not read.
+		// The EDS path gives the same cluster, meshed markers included.
 		viaEDS := resolve(t, sc)
-		for i := range viaEDS.Endpoints {
-			if viaEDS.Endpoints[i].Metadata[discovery.MeshedMetadataKey] == "true" {
-				viaEDS.Endpoints[i].Metadata = nil
-			}
-		}
 		eq(t, viaEDS, viaStatic)
+		if viaStatic.Endpoints[0].Metadata[discovery.MeshedMetadataKey] != "true" {
+			t.Errorf("static translation lost the meshed marker: %v", viaStatic.Endpoints[0].Metadata)
+		}
 
 		// And the values are the annotations'.
 		want := lb.DefaultClusterConfig()

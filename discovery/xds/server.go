@@ -41,6 +41,10 @@ type Options struct {
 	Authenticator Authenticator
 	// ClusterDomain defaults to DefaultClusterDomain.
 	ClusterDomain string
+	// TrustDomain of the SPIFFE IDs given to meshed endpoints
+	// (spiffe://<trust domain>/ns/<namespace>/sa/<service account>);
+	// default DefaultTrustDomain.
+	TrustDomain string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -98,7 +102,7 @@ type Server struct {
 	services        map[types.NamespacedName]*corev1.Service
 	slices          map[types.NamespacedName]*discoveryv1.EndpointSlice
 	nodes           map[string]*corev1.Node
-	meshed          map[types.NamespacedName]bool
+	meshed          map[types.NamespacedName]string // pod -> SPIFFE ID
 	dirty           map[types.NamespacedName]bool
 	allDirty        bool
 	results         map[types.NamespacedName]*translatedService
@@ -149,7 +153,7 @@ func NewServer(opts Options) *Server {
 		services: map[types.NamespacedName]*corev1.Service{},
 		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
 		nodes:    map[string]*corev1.Node{},
-		meshed:   map[types.NamespacedName]bool{},
+		meshed:   map[types.NamespacedName]string{},
 		dirty:    map[types.NamespacedName]bool{},
 		results:  map[types.NamespacedName]*translatedService{},
 		gen:      newGeneration(nil),
@@ -290,15 +294,31 @@ func nodeLocality(n *corev1.Node) lb.Locality {
 	return lb.Locality{Region: n.Labels[lb.LabelRegion], Zone: n.Labels[lb.LabelZone], SubZone: n.Labels[lb.LabelSubZone]}
 }
 
-// SetPodMeshed records whether a pod runs a meshlet sidecar.
-func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool) {
+// DefaultTrustDomain is Options.TrustDomain's default (Istio's).
+const DefaultTrustDomain = "cluster.local"
+
+// SetPodMeshed records whether a pod runs a meshlet sidecar, and the
+// service account whose SPIFFE ID its endpoints must present ("" is
+// Kubernetes' "default").
+func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool, serviceAccount string) {
+	id := ""
+	if meshed {
+		if serviceAccount == "" {
+			serviceAccount = "default"
+		}
+		td := s.opts.TrustDomain
+		if td == "" {
+			td = DefaultTrustDomain
+		}
+		id = "spiffe://" + td + "/ns/" + pod.Namespace + "/sa/" + serviceAccount
+	}
 	s.mu.Lock()
-	if s.meshed[pod] == meshed {
+	if s.meshed[pod] == id {
 		s.mu.Unlock()
 		return
 	}
 	if meshed {
-		s.meshed[pod] = true
+		s.meshed[pod] = id
 	} else {
 		delete(s.meshed, pod)
 	}

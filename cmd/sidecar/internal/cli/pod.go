@@ -15,7 +15,8 @@ import (
 // (`run -pod`): Istio's ports, outbound clusters from xDS, and one inbound
 // route per app port (MESHLET_APP_PORTS, set by the injector from the
 // containers' ports) to the app on loopback, where sk_lookup delivers
-// connections for those ports.
+// connections for those ports. MESHLET_MTLS_MODE (STRICT or PERMISSIVE,
+// the default) is the inbound mTLS mode once the sidecar has an identity.
 func podConfig(getenv func(string) string) (*config.Config, error) {
 	cfg := &config.Config{
 		Node:         config.Node{ID: strings.Trim(getenv("POD_NAME")+"."+getenv("POD_NAMESPACE"), "."), Cluster: getenv("SERVICE_ACCOUNT")},
@@ -30,6 +31,13 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 			{Name: "inbound", Address: fmt.Sprintf("0.0.0.0:%d", config.PortInbound), Direction: config.Inbound,
 				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
 		},
+	}
+	if m := getenv("MESHLET_MTLS_MODE"); m != "" {
+		mode := config.MTLSMode(strings.ToUpper(m))
+		if mode != config.MTLSStrict && mode != config.MTLSPermissive {
+			return nil, fmt.Errorf("run -pod: MESHLET_MTLS_MODE: %q (want STRICT or PERMISSIVE)", m)
+		}
+		cfg.Listeners[1].MTLS = &config.InboundMTLS{PeerAuthorization: config.PeerAuthorization{Mode: mode}}
 	}
 	for _, f := range strings.Split(getenv("MESHLET_APP_PORTS"), ",") {
 		if f = strings.TrimSpace(f); f == "" {

@@ -39,3 +39,31 @@ func TestPodConfigRejectsBadPort(t *testing.T) {
 		}
 	}
 }
+
+func TestPodConfigMTLSModeAndIdentity(t *testing.T) {
+	env := map[string]string{"POD_NAMESPACE": "shop", "SERVICE_ACCOUNT": "cart", "MESHLET_MTLS_MODE": "strict"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := podConfig(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Listeners[1].MTLS; m == nil || m.Mode != "STRICT" {
+		t.Errorf("inbound mtls = %+v", m)
+	}
+	id, err := podIdentity(getenv)
+	if err != nil || id.String() != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Errorf("identity %v, %v", id, err)
+	}
+	env["MESHLET_TRUST_DOMAIN"] = "prod.example"
+	if id, _ := podIdentity(getenv); id.String() != "spiffe://prod.example/ns/shop/sa/cart" {
+		t.Errorf("identity with a trust domain: %v", id)
+	}
+	env["MESHLET_MTLS_MODE"] = "DISABLE"
+	if _, err := podConfig(getenv); err == nil || !strings.Contains(err.Error(), "MESHLET_MTLS_MODE") {
+		t.Errorf("bad mode: %v", err)
+	}
+	delete(env, "SERVICE_ACCOUNT")
+	if _, err := podIdentity(getenv); err == nil || !strings.Contains(err.Error(), "SERVICE_ACCOUNT") {
+		t.Errorf("no service account: %v", err)
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/dataplane"
 	"github.com/meshlet-dev/meshlet/dataplane/config"
@@ -32,6 +35,10 @@ func run(args []string, out io.Writer) error {
 	xdsCA := fs.String("xds-ca", "", "PEM root the control plane's TLS certificate must chain to (empty: plaintext)")
 	xdsToken := fs.String("xds-token", "", "file with the ServiceAccount token sent to the control plane (needs -xds-ca)")
 	xdsSotw := fs.Bool("xds-sotw", false, "use the state-of-the-world ADS protocol instead of delta (incremental) xDS")
+	sdsAddr := fs.String("sds", "", "SDS server of the workload certificate: host:port (the control plane, TLS against -sds-ca with the token in -sds-token) or unix:///path (a SPIRE agent); enables mTLS")
+	sdsCA := fs.String("sds-ca", "", "PEM root of the SDS server's TLS certificate (default: -xds-ca)")
+	sdsToken := fs.String("sds-token", "", "file with the ServiceAccount token sent to the SDS server (default: -xds-token)")
+	identityFlag := fs.String("identity", "", "SPIFFE ID the sidecar requests by CSR (default with -pod: spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT; none with a unix -sds: the server delivers key and ID)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -66,7 +73,36 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("run: MESHLET_APP_PROBERS: %w", err)
 	}
-	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != ""}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != "" || *sdsAddr != ""}
+	gate := &readiness{}
+	if *xdsAddr != "" {
+		gate.left++
+	}
+	if *sdsAddr != "" {
+		gate.left++
+		d := sdsDial{target: *sdsAddr, caFile: *sdsCA, tokenFile: *sdsToken}
+		if d.caFile == "" {
+			d.caFile = *xdsCA
+		}
+		if d.tokenFile == "" {
+			d.tokenFile = *xdsToken
+		}
+		switch {
+		case *identityFlag != "":
+			if d.id, err = spiffeid.FromString(*identityFlag); err != nil {
+				return fmt.Errorf("run: -identity %q: %w", *identityFlag, err)
+			}
+		case *pod && !strings.HasPrefix(d.target, "unix:"):
+			if d.id, err = podIdentity(os.Getenv); err != nil {
+				return err
+			}
+		}
+		if opts.Identity, _, err = startSDS(ctx, d, log); err != nil {
+			return err
+		}
+	}
 	var rd *redirect
 	if *redirectMode == "ebpf" {
 		// Attach before any listener exists and before readiness: the
@@ -81,10 +117,17 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	gate.set = srv.SetReady
 	if err := srv.Start(ctx); err != nil {
 		return err
+	}
+	if opts.Identity != nil {
+		go func() {
+			if _, err := opts.Identity.WaitReady(ctx); err == nil {
+				log.Info("workload certificate ready", "id", opts.Identity.Current().ID.String())
+				gate.done()
+			}
+		}()
 	}
 	if rd != nil {
 		if err := rd.registerSockets(srv); err != nil {
@@ -102,7 +145,7 @@ func run(args []string, out io.Writer) error {
 			id = cfg.Node.ID
 		}
 		// Not ready until the first complete configuration has arrived.
-		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken, sotw: *xdsSotw}, cfg, srv, log)
+		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken, sotw: *xdsSotw}, cfg, srv, log, gate.done)
 		if err != nil {
 			srv.Shutdown()
 			return err

@@ -85,7 +85,7 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 func (tokenCreds) RequireTransportSecurity() bool { return true }
 
 // startXDS dials addr and runs the ADS client until ctx ends.
-func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *config.Config, srv *dataplane.Server, log *slog.Logger) (*xdsSource, error) {
+func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *config.Config, srv *dataplane.Server, log *slog.Logger, ready func()) (*xdsSource, error) {
 	opts, err := dial.options(addr)
 	if err != nil {
 		return nil, err
@@ -113,7 +113,7 @@ func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *conf
 	go func() {
 		select {
 		case <-x.client.Ready():
-			srv.SetReady(true)
+			ready()
 		case <-ctx.Done():
 		}
 	}()

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshlet-dev/meshlet/mtls"
+	"github.com/meshlet-dev/meshlet/sds"
+)
+
+// sdsDial says where the workload certificate comes from: target is
+// "host:port" (the control plane, TLS verified against caFile, with the
+// token in tokenFile) or "unix:///path" (a SPIRE agent, which attests the
+// caller itself); id is the SPIFFE ID the sidecar requests by CSR (zero:
+// the server delivers key and chain, as SPIRE does).
+type sdsDial struct {
+	target, caFile, tokenFile string
+	id                        spiffeid.ID
+}
+
+// startSDS runs the SDS client feeding a new certificate store until ctx
+// ends.
+func startSDS(ctx context.Context, d sdsDial, log *slog.Logger) (*mtls.Store, *sds.Client, error) {
+	store := mtls.NewStore()
+	cfg := sds.ClientConfig{Target: d.target, Store: store, ID: d.id, Logger: log}
+	if !strings.HasPrefix(d.target, "unix:") {
+		if d.caFile == "" {
+			return nil, nil, fmt.Errorf("run: -sds %q: a TCP target needs -sds-ca (or -xds-ca)", d.target)
+		}
+		pem, err := os.ReadFile(d.caFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("run: -sds-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("run: -sds-ca %s: no PEM certificate", d.caFile)
+		}
+		host, _, err := net.SplitHostPort(d.target)
+		if err != nil {
+			return nil, nil, fmt.Errorf("run: -sds %q: %w", d.target, err)
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}
+		if d.tokenFile != "" {
+			cfg.Token = sds.TokenFile(d.tokenFile)
+		}
+		if d.id.IsZero() {
+			return nil, nil, fmt.Errorf("run: -sds %q: the control plane signs CSRs: -identity is required", d.target)
+		}
+	}
+	client, err := sds.NewClient(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run: %w", err)
+	}
+	go func() { _ = client.Run(ctx) }()
+	return store, client, nil
+}
+
+// podIdentity is the SPIFFE ID of the pod's service account:
+// spiffe://$MESHLET_TRUST_DOMAIN (default cluster.local)/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT.
+func podIdentity(getenv func(string) string) (spiffeid.ID, error) {
+	tdName := getenv("MESHLET_TRUST_DOMAIN")
+	if tdName == "" {
+		tdName = "cluster.local"
+	}
+	td, err := spiffeid.TrustDomainFromString(tdName)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("run -pod: MESHLET_TRUST_DOMAIN %q: %w", tdName, err)
+	}
+	ns, sa := getenv("POD_NAMESPACE"), getenv("SERVICE_ACCOUNT")
+	if ns == "" || sa == "" {
+		return spiffeid.ID{}, fmt.Errorf("run -pod: POD_NAMESPACE (%q) and SERVICE_ACCOUNT (%q) name the workload identity; both are required with -sds", ns, sa)
+	}
+	w := mtls.Workload{TrustDomain: td, Namespace: ns, ServiceAccount: sa}
+	id, err := w.ID()
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("run -pod: workload identity: %w", err)
+	}
+	return id, nil
+}
+
+// readiness reports ready once every part that gates it is done (the
+// first xDS configuration, the first workload certificate).
+type readiness struct {
+	mu   sync.Mutex
+	left int
+	set  func(bool)
+}
+
+func (r *readiness) done() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.left--; r.left == 0 {
+		r.set(true)
+	}
+}
