@@ -58,7 +58,7 @@ func (l *logBuffer) waitLine(t *testing.T, parts ...string) string {
 }
 
 // upstream serves h on ip:0 and returns its address.
-func upstream(t *testing.T, ip string, h http.Handler) string {
+func upstream(t testing.TB, ip string, h http.Handler) string {
 	t.Helper()
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -164,7 +164,7 @@ func get(t *testing.T, client *http.Client, s *Server, path string) (int, string
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func adminGet(t *testing.T, s *Server, path string) string {
+func adminGet(t testing.TB, s *Server, path string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + s.AdminAddrs()["admin"] + path)
 	if err != nil {

@@ -35,7 +35,7 @@ var (
 )
 
 // testCA is a mesh CA whose clock is skewed by skew.
-func testCA(t *testing.T, skew time.Duration) *mtls.CA {
+func testCA(t testing.TB, skew time.Duration) *mtls.CA {
 	t.Helper()
 	td := spiffeid.RequireTrustDomainFromString("cluster.local")
 	clock := func() time.Time { return time.Now().Add(skew) }
@@ -50,7 +50,7 @@ func testCA(t *testing.T, skew time.Duration) *mtls.CA {
 	return ca
 }
 
-func issueCert(t *testing.T, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) ([]*x509.Certificate, crypto.Signer) {
+func issueCert(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) ([]*x509.Certificate, crypto.Signer) {
 	t.Helper()
 	key, err := mtls.NewKey()
 	if err != nil {
@@ -72,7 +72,7 @@ func issueCert(t *testing.T, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) ([]
 }
 
 // identity is a store holding a certificate for id from ca, trusting ca.
-func identity(t *testing.T, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) *mtls.Store {
+func identity(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) *mtls.Store {
 	t.Helper()
 	chain, key := issueCert(t, ca, id, ttl)
 	s := mtls.NewStore()
@@ -83,7 +83,7 @@ func identity(t *testing.T, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) *mtl
 }
 
 // tcpEcho serves a line-echo app on ip:0 ("echo: <line>").
-func tcpEcho(t *testing.T, ip string) string {
+func tcpEcho(t testing.TB, ip string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -113,7 +113,7 @@ func tcpEcho(t *testing.T, ip string) string {
 }
 
 // startSidecar runs a data plane with an identity.
-func startSidecar(t *testing.T, cfg *config.Config, id *mtls.Store) (*Server, *logBuffer) {
+func startSidecar(t testing.TB, cfg *config.Config, id *mtls.Store) (*Server, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	s, err := New(cfg, Options{AccessLog: logs, Workers: 2, Identity: id})
@@ -129,7 +129,7 @@ func startSidecar(t *testing.T, cfg *config.Config, id *mtls.Store) (*Server, *l
 
 // serverSidecar is sidecar B: an HTTP app behind inbound 127.0.0.2:0 and
 // a TCP echo app behind inbound 127.0.0.3:0, both with mode m.
-func serverSidecar(t *testing.T, id *mtls.Store, m *config.InboundMTLS) (s *Server, logs *logBuffer, httpIn, tcpIn string) {
+func serverSidecar(t testing.TB, id *mtls.Store, m *config.InboundMTLS) (s *Server, logs *logBuffer, httpIn, tcpIn string) {
 	t.Helper()
 	app := upstream(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "app saw %s", r.Proto)
@@ -176,7 +176,7 @@ func clientSidecar(t *testing.T, id *mtls.Store, httpEP, tcpEP lb.Endpoint) (*Se
 	return s, logs, addrs["127.0.0.4:0"]
 }
 
-func metricsText(t *testing.T, s *Server) string {
+func metricsText(t testing.TB, s *Server) string {
 	t.Helper()
 	return adminGet(t, s, "/stats/prometheus")
 }
@@ -482,3 +482,54 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// FuzzSniffClientHello: whatever the first bytes, sniffing never panics,
+// never calls non-TLS mesh traffic, and a real mesh ClientHello is found.
+func FuzzSniffClientHello(f *testing.F) {
+	hello := func(protos ...string) []byte {
+		var rec []byte
+		c := &captureConn{w: &rec}
+		_ = tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: protos}).Handshake()
+		return rec
+	}
+	f.Add(hello(mtls.ALPNHTTP2))
+	f.Add(hello(mtls.ALPNOpaqueTCP))
+	f.Add(hello("h2", "http/1.1"))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Add([]byte{0x16, 0x03, 0x01, 0xff, 0xff})
+	f.Add([]byte{0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00})
+	if isTLS, mesh := sniffClientHello(bufio.NewReader(strings.NewReader(string(hello(mtls.ALPNHTTP2))))); !isTLS || !mesh {
+		f.Fatalf("a mesh ClientHello sniffed as tls=%v mesh=%v", isTLS, mesh)
+	}
+	if _, mesh := sniffClientHello(bufio.NewReader(strings.NewReader(string(hello("h2"))))); mesh {
+		f.Fatal("an app's h2 ClientHello sniffed as mesh")
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		isTLS, mesh := sniffClientHello(bufio.NewReaderSize(strings.NewReader(string(b)), inboundBuffer))
+		if mesh && !isTLS {
+			t.Fatal("mesh without TLS")
+		}
+		// A TLS record header is 5 bytes: fewer (a stalled client) is not TLS.
+		if isTLS != (mtls.DetectTLS(b) && len(b) >= 5) {
+			t.Fatalf("isTLS %v for first bytes % x", isTLS, b[:min(len(b), 5)])
+		}
+	})
+}
+
+// captureConn records what a TLS client writes (its ClientHello) and
+// reads EOF, so the handshake stops after the hello.
+type captureConn struct {
+	net.Conn
+	w *[]byte
+}
+
+func (c *captureConn) Write(p []byte) (int, error) { *c.w = append(*c.w, p...); return len(p), nil }
+func (c *captureConn) Read([]byte) (int, error)    { return 0, io.EOF }
+func (c *captureConn) Close() error                { return nil }
+func (c *captureConn) SetDeadline(time.Time) error { return nil }
+func (c *captureConn) SetWriteDeadline(time.Time) error {
+	return nil
+}
+func (c *captureConn) SetReadDeadline(time.Time) error { return nil }
+func (c *captureConn) LocalAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *captureConn) RemoteAddr() net.Addr            { return &net.TCPAddr{} }

@@ -51,6 +51,7 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	listeners: [{name (default: the address), address, direction (outbound),
 //	    original_destination, protocol (auto|tcp|http), detection_timeout
 //	    (config.DefaultDetectionTimeout), server_first_ports,
+//	    mtls (inbound only: see decodeInboundMTLS),
 //	    routes: [{name, match: {destination, hosts}, cluster,
 //	        timeout (config.DefaultRouteTimeout; "0s" disables),
 //	        retry_policy (Envoy v3 RetryPolicy; default DefaultRetryPolicy)}]}]
