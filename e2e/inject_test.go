@@ -23,8 +23,9 @@ import (
 var metaGet = metav1.GetOptions{}
 
 // startWebhook serves the real injector handler over HTTPS on 127.0.0.1
-// and returns its URL; namespaces are looked up in the API server.
-func startWebhook(t *testing.T, c *Cluster) string {
+// and returns its URL and a function that stops it; namespaces are looked
+// up in the API server.
+func startWebhook(t *testing.T, c *Cluster) (string, func()) {
 	t.Helper()
 	certFile, keyFile := c.ServingCert(t, "webhook")
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -47,7 +48,7 @@ func startWebhook(t *testing.T, c *Cluster) string {
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	return "https://" + l.Addr().String() + "/inject"
+	return "https://" + l.Addr().String() + "/inject", func() { srv.Close() }
 }
 
 func injected(p *corev1.Pod) bool {
@@ -74,12 +75,14 @@ func testPod(name string) *corev1.Pod {
 // webhook registered through clientConfig.url, a pod in a labelled
 // namespace is stored with the sidecar (also a Deployment's pods and a
 // server-side dry run), an unlabelled namespace's pod is not, and a pod
-// opting out is not.
+// opting out is not. With the webhook down (failurePolicy: Fail), creating a
+// pod in the labelled namespace fails with a message naming the webhook,
+// while other namespaces are unaffected.
 func TestInjectionAgainstARealAPIServer(t *testing.T) {
 	c := StartCluster(t)
 	ctx := context.Background()
 	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-	url := startWebhook(t, c)
+	url, stopWebhook := startWebhook(t, c)
 	// The manifest's webhooks call the in-cluster Service; nothing routes
 	// cluster IPs here, so point them at the test's server.
 	patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/clientConfig","value":{"url":%q,"caBundle":%q}},{"op":"replace","path":"/webhooks/1/clientConfig","value":{"url":%q,"caBundle":%q}}]`,
@@ -161,6 +164,18 @@ spec:
 		if time.Now().After(deadline) {
 			t.Fatalf("Deployment pods not created and injected: %v %v\n%s", len(pods.Items), err, c.Log("kube-controller-manager"))
 		}
+	}
+	// An injector outage: meshed namespaces refuse new pods rather than
+	// start them unmeshed; the rest of the cluster does not notice.
+	stopWebhook()
+	_, err = c.Client.CoreV1().Pods("shop").Create(ctx, testPod("during-outage"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "`) || !strings.Contains(err.Error(), "meshlet") {
+		t.Errorf("pod in a labelled namespace during an injector outage: err %v, want the webhook named", err)
+	} else {
+		t.Logf("during the outage: %v", err)
+	}
+	if _, err := c.Client.CoreV1().Pods("plain").Create(ctx, testPod("during-outage"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("pod in an unlabelled namespace during the outage: %v", err)
 	}
 }
 

@@ -63,6 +63,9 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, error) {
 	if _, done := out.Annotations[StatusAnnotation]; done {
 		return out, nil
 	}
+	if err := checkReservedPorts(out); err != nil {
+		return nil, err
+	}
 	mode, err := sidecarMode(out, cfg)
 	if err != nil {
 		return nil, err
@@ -224,6 +227,23 @@ func appPorts(pod *corev1.Pod) string {
 		}
 	}
 	return strings.Join(ports, ",")
+}
+
+// ReservedPorts are the sidecar's ports in the pod's network namespace
+// (Istio's numbers): an app container declaring one would fail to bind it or
+// have its traffic taken by the sidecar, so such a pod is refused.
+var ReservedPorts = []int32{15000, 15001, 15006, 15021, 15090}
+
+func checkReservedPorts(pod *corev1.Pod) error {
+	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, p := range c.Ports {
+			if slices.Contains(ReservedPorts, p.ContainerPort) && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return fmt.Errorf("webhook: container %q port %d: reserved for the meshlet sidecar (%v); move the app, or opt the pod out with label %s: \"false\"",
+					c.Name, p.ContainerPort, ReservedPorts, PodLabel)
+			}
+		}
+	}
+	return nil
 }
 
 func healthProbe() *corev1.Probe {

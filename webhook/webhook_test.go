@@ -161,6 +161,11 @@ func TestInjectAnnotationErrors(t *testing.T) {
 		}
 	}
 	p := appPod()
+	p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: 15090})
+	if _, err := Inject(p, DefaultConfig()); err == nil || !strings.Contains(err.Error(), `port 15090: reserved for the meshlet sidecar`) {
+		t.Errorf("app port 15090: err %v, want it refused", err)
+	}
+	p = appPod()
 	p.Annotations = map[string]string{ExcludeOutboundPortsAnnotation: "3306, 5432", ImageAnnotation: "my/proxy:2", MemoryLimitAnnotation: "1Gi",
 		MTLSModeAnnotation: "strict"}
 	out, err := Inject(p, DefaultConfig())
