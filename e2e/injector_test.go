@@ -21,6 +21,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/meshlet-dev/meshlet/deploy"
 	"github.com/meshlet-dev/meshlet/discovery"
@@ -34,16 +36,31 @@ func startInjector(t *testing.T, c *Cluster) (*injector.Server, context.CancelFu
 	return startInjectorWith(t, c, func(*injector.Options) {})
 }
 
-// startInjectorWith is startInjector with options changed by edit.
+// startInjectorWith is startInjector with options changed by edit. The
+// injector talks to the API server as its own ServiceAccount
+// (meshlet-system/meshlet-injector, from deploy/ which must be applied),
+// so the tests prove that deploy/'s least-privilege RBAC is enough.
 func startInjectorWith(t *testing.T, c *Cluster, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
 	t.Helper()
+	exp := int64(3600)
+	tr, err := c.Client.CoreV1().ServiceAccounts("meshlet-system").CreateToken(context.Background(), "meshlet-injector",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for the injector's ServiceAccount (is deploy/ applied?): %v", err)
+	}
+	sa := rest.AnonymousClientConfig(c.Config)
+	sa.BearerToken = tr.Status.Token
+	client, err := kubernetes.NewForConfig(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := injector.DefaultOptions()
 	opts.Hosts = []string{"127.0.0.1", "localhost"}
 	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	opts.SyncInterval = 300 * time.Millisecond
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	edit(&opts)
-	s := injector.New(c.Client, opts)
+	s := injector.New(client, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(ctx) }()

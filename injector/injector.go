@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,12 +24,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"gomodules.xyz/jsonpatch/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
@@ -312,17 +315,38 @@ func (s *Server) syncCABundle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	want := mwc.DeepCopy()
 	changed := false
-	for i := range mwc.Webhooks {
-		if string(mwc.Webhooks[i].ClientConfig.CABundle) != string(s.rootPEM) {
-			mwc.Webhooks[i].ClientConfig.CABundle = s.rootPEM
+	for i := range want.Webhooks {
+		if string(want.Webhooks[i].ClientConfig.CABundle) != string(s.rootPEM) {
+			want.Webhooks[i].ClientConfig.CABundle = s.rootPEM
 			changed = true
 		}
 	}
 	if !changed {
 		return nil
 	}
-	_, err = s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{})
+	// A JSON patch of the changed caBundles, so the injector needs only the
+	// "patch" verb on its own webhook configuration (deploy/'s RBAC).
+	before, err := json.Marshal(mwc)
+	if err != nil {
+		return err
+	}
+	after, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	ops, err := jsonpatch.CreatePatch(before, after)
+	if err != nil {
+		return fmt.Errorf("caBundle patch: %w", err)
+	}
+	// Guard the index-based operations against a concurrent change.
+	ops = append([]jsonpatch.Operation{{Operation: "test", Path: "/metadata/resourceVersion", Value: mwc.ResourceVersion}}, ops...)
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	_, err = s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, s.opts.WebhookConfig, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err == nil {
 		s.log.Info("patched caBundle", "webhook_configuration", s.opts.WebhookConfig)
 	}
