@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,12 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
 		},
 	}
+	if hasIPv6Loopback() {
+		// connect6 sends the app's IPv6 connects here (the same routes as
+		// IPv4 arrive over xDS: mergeXDS fills both).
+		cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "outbound6", Address: fmt.Sprintf("[::1]:%d", config.PortOutbound),
+			Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout})
+	}
 	if m := getenv("MESHLET_MTLS_MODE"); m != "" {
 		mode := config.MTLSMode(strings.ToUpper(m))
 		if mode != config.MTLSStrict && mode != config.MTLSPermissive {
@@ -55,4 +62,15 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 			Cluster: name, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
 	}
 	return cfg, cfg.Validate()
+}
+
+// hasIPv6Loopback reports whether ::1 can be listened on (a pod whose
+// IPv6 is disabled has none); a variable so tests can pretend.
+var hasIPv6Loopback = func() bool {
+	l, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }

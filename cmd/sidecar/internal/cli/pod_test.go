@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
 )
 
 func TestPodConfigInboundPerAppPort(t *testing.T) {
@@ -65,5 +68,34 @@ func TestPodConfigMTLSModeAndIdentity(t *testing.T) {
 	delete(env, "SERVICE_ACCOUNT")
 	if _, err := podIdentity(getenv); err == nil || !strings.Contains(err.Error(), "SERVICE_ACCOUNT") {
 		t.Errorf("no service account: %v", err)
+	}
+}
+
+func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
+	old := hasIPv6Loopback
+	defer func() { hasIPv6Loopback = old }()
+	for _, v6 := range []bool{true, false} {
+		hasIPv6Loopback = func() bool { return v6 }
+		cfg, err := podConfig(func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(cfg.Listeners); got != map[bool]int{true: 3, false: 2}[v6] {
+			t.Fatalf("IPv6 loopback %v: %d listeners", v6, got)
+		}
+		merged, err := mergeXDS(cfg, cfg.Clusters[:0], []config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "inbound|x"}})
+		if err == nil {
+			t.Fatal("a route to a missing cluster was accepted")
+		}
+		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: lb.DefaultCircuitBreakerThresholds()}},
+			[]config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "c"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range merged.Listeners {
+			if want := map[string]int{"outbound": 1, "outbound6": 1, "inbound": 0}[l.Name]; len(l.Routes) != want {
+				t.Errorf("IPv6 loopback %v: listener %s has %d routes, want %d", v6, l.Name, len(l.Routes), want)
+			}
+		}
 	}
 }

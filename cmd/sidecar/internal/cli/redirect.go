@@ -21,8 +21,12 @@ type redirect struct {
 	objs     *bpf.Objects
 	att      *bpf.Attachment
 	workers  *bpf.WorkerGroup
-	outbound string // config address of the outbound listener
-	inbound  string // config address of the inbound listener ("" none)
+	workers6 *bpf.WorkerGroup
+	outbound string // config address of the IPv4 outbound listener
+	// outbound6 is the IPv6 outbound listener ("" none: IPv6 connects are
+	// then not redirected, see setupRedirect).
+	outbound6 string
+	inbound   string // config address of the inbound listener ("" none)
 }
 
 // setupRedirect loads the programs and attaches them to the pod: its
@@ -36,20 +40,28 @@ func setupRedirect(cfg *config.Config, podCgroup string) (*redirect, error) {
 	opts := bpf.Options{}
 	for _, l := range cfg.Listeners {
 		switch {
-		case l.Direction == config.Outbound && r.outbound == "":
-			r.outbound = l.Address
+		case l.Direction == config.Outbound:
 			ap, err := netip.ParseAddrPort(l.Address)
-			if err != nil || !ap.Addr().Is4() {
-				return nil, fmt.Errorf("redirect: outbound listener %q must be an IPv4 address:port", l.Address)
+			if err != nil || ap.Addr().IsUnspecified() {
+				return nil, fmt.Errorf("redirect: outbound listener %q must be a specific address:port", l.Address)
 			}
-			opts.OutboundIPv4 = ap
+			switch {
+			case ap.Addr().Is4() && r.outbound == "":
+				r.outbound, opts.OutboundIPv4 = l.Address, ap
+			case ap.Addr().Is6() && r.outbound6 == "":
+				r.outbound6, opts.OutboundIPv6 = l.Address, ap
+			}
 		case l.Direction == config.Inbound && r.inbound == "":
 			r.inbound = l.Address
 		}
 	}
 	if r.outbound == "" {
-		return nil, fmt.Errorf("redirect: the config has no outbound listener to redirect to")
+		return nil, fmt.Errorf("redirect: the config has no IPv4 outbound listener to redirect to")
 	}
+	// Without an IPv6 outbound listener (no IPv6 loopback in the pod),
+	// connect6 still serves dual-stack sockets dialling IPv4 (sent to
+	// OutboundIPv4); native IPv6 connects go to bpf's default [::1]:15001,
+	// which cannot exist there either.
 	if podCgroup == "" {
 		var err error
 		if podCgroup, err = podCgroupFromEnv(os.Getenv); err != nil {
@@ -96,6 +108,11 @@ func (r *redirect) registerSockets(srv *dataplane.Server) error {
 	if r.workers, err = r.objs.RegisterWorkers(srv.ListenerSockets(r.outbound)); err != nil {
 		return fmt.Errorf("redirect: %w", err)
 	}
+	if r.outbound6 != "" {
+		if r.workers6, err = r.objs.RegisterWorkers(srv.ListenerSockets(r.outbound6)); err != nil {
+			return fmt.Errorf("redirect: %w", err)
+		}
+	}
 	if r.inbound != "" {
 		if socks := srv.ListenerSockets(r.inbound); len(socks) > 0 {
 			if err := r.objs.SetInboundListener(socks[0]); err != nil {
@@ -112,6 +129,9 @@ func (r *redirect) close() {
 	}
 	if r.workers != nil {
 		r.workers.Close()
+	}
+	if r.workers6 != nil {
+		r.workers6.Close()
 	}
 	r.att.Close()
 	r.objs.Close()

@@ -20,7 +20,8 @@ import (
 // The real `sidecar run -redirect=ebpf` in a pod fixture: a network
 // namespace with no route out (so a VIP connect that escaped the redirect
 // could go nowhere) and a pod cgroup with "proxy" and "app" children. An app
-// process dials the Service VIP 10.96.0.10:80 and gets the upstream's
+// process dials the Service VIPs 10.96.0.10:80 and [fd00:96::10]:80 (IPv6,
+// through the sidecar's [::1]:15001 listener) and gets the upstream's
 // answer through the sidecar, whose access log names the upstream and the
 // route chosen by the original destination; the sidecar's own upstream
 // connection is not redirected (it reaches the upstream, not itself).
@@ -106,6 +107,10 @@ listeners:
     address: 127.0.0.1:15001
     routes:
       - {name: vip, match: {destination: "10.96.0.10:80"}, cluster: up}
+  - name: outbound6
+    address: "[::1]:15001"
+    routes:
+      - {name: vip6, match: {destination: "[fd00:96::10]:80"}, cluster: up}
 clusters:
   - name: up
     load_assignment:
@@ -146,7 +151,8 @@ clusters:
 	app.Env = append(os.Environ(), "MESHLET_E2E_APP=1")
 	app.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
 	got, err := app.CombinedOutput()
-	if err != nil || !strings.Contains(string(got), "APP GOT: hello from upstream") || !strings.Contains(string(got), "PEER 10.96.0.10:80") {
+	if err != nil || strings.Count(string(got), "APP GOT: hello from upstream") != 2 || !strings.Contains(string(got), "PEER 10.96.0.10:80") ||
+		!strings.Contains(string(got), "PEER [fd00:96::10]:80") {
 		t.Fatalf("the app through the sidecar: %v\n%s", err, got)
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
@@ -165,19 +171,21 @@ func TestRedirectApp(t *testing.T) {
 	if os.Getenv("MESHLET_E2E_APP") != "1" {
 		t.Skip("helper process of TestRunWithEBPFRedirect (runs only with MESHLET_E2E_APP=1)")
 	}
-	c, err := net.DialTimeout("tcp", "10.96.0.10:80", 3*time.Second)
-	if err != nil {
-		t.Fatalf("dial the VIP: %v", err)
+	for _, vip := range []string{"10.96.0.10:80", "[fd00:96::10]:80"} {
+		c, err := net.DialTimeout("tcp", vip, 3*time.Second)
+		if err != nil {
+			t.Fatalf("dial the VIP %s: %v", vip, err)
+		}
+		fmt.Printf("PEER %s\n", c.RemoteAddr())
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("response from %s: %v", vip, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		fmt.Printf("APP GOT: %s\n", b)
 	}
-	defer c.Close()
-	fmt.Printf("PEER %s\n", c.RemoteAddr())
-	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("response: %v", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	fmt.Printf("APP GOT: %s\n", b)
 }
 
 func cgroup2Mount(t *testing.T) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -157,14 +158,22 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 			cfg.LocalCluster = c.Name
 		}
 	}
+	// The routes go to the first outbound listener of each address family
+	// (the eBPF redirect's targets: 127.0.0.1:15001 and [::1]:15001).
 	cfg.Listeners = append([]config.Listener(nil), base.Listeners...)
+	done := map[bool]bool{} // by "is IPv6"
 	for i := range cfg.Listeners {
-		if cfg.Listeners[i].Direction != config.Outbound {
+		l := &cfg.Listeners[i]
+		if l.Direction != config.Outbound {
 			continue
 		}
-		l := &cfg.Listeners[i]
+		ap, err := netip.ParseAddrPort(l.Address)
+		v6 := err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6()
+		if done[v6] {
+			continue
+		}
+		done[v6] = true
 		l.Routes = append(append([]config.Route(nil), l.Routes...), routes...)
-		break
 	}
 	return &cfg, cfg.Validate()
 }
