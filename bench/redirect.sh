@@ -8,6 +8,8 @@
 #   explicit to the sidecar's listener 127.0.0.1:15002 (static destination),
 #   ebpf     to the Service VIP 10.96.0.10:80, which cgroup/connect4 sends to
 #            the sidecar's outbound listener 127.0.0.1:15001,
+#   skmsg    the same with the sidecar started with -accelerate (the app <->
+#            sidecar and sidecar <-> upstream loopback hops go through sk_msg),
 # at a fixed 1000 req/s (8 connections) and at full speed (16 connections),
 # 10 s each, and measures the sidecar's CPU per request. Rewrites the
 # redirect section of bench/RESULTS.md.
@@ -73,22 +75,29 @@ trap finish EXIT
 pids+=($!)
 # The sidecar joins the proxy cgroup before it makes a socket; it attaches
 # to the pod cgroup (its own cgroup's parent).
-(echo "$BASHPID" >"$pod/proxy/cgroup.procs"; exec "$tmp/sidecar" run -config "$tmp/sidecar.yaml" -redirect ebpf -watch 0 -log-level error) \
-  >"$tmp/sidecar.out" 2>&1 &
-sidecar=$!
-pids+=($sidecar)
-for _ in $(seq 100); do
-  curl -fsS -o /dev/null --max-time 1 http://127.0.0.1:15000/ready 2>/dev/null && break
-  sleep 0.1
-done
-curl -fsS -o /dev/null http://127.0.0.1:15000/ready || { cat "$tmp/sidecar.out"; exit 1; }
-sleep 0.3
+start_sidecar() { # start_sidecar FLAGS...
+  (echo "$BASHPID" >"$pod/proxy/cgroup.procs"; exec "$tmp/sidecar" run -config "$tmp/sidecar.yaml" -redirect ebpf -watch 0 -log-level error "$@") \
+    >"$tmp/sidecar.out" 2>&1 &
+  sidecar=$!
+  pids+=($sidecar)
+  for _ in $(seq 100); do
+    curl -fsS -o /dev/null --max-time 1 http://127.0.0.1:15000/ready 2>/dev/null && break
+    sleep 0.1
+  done
+  curl -fsS -o /dev/null http://127.0.0.1:15000/ready || { cat "$tmp/sidecar.out"; exit 1; }
+  sleep 0.3
+}
 ticks() { awk '{print $14 + $15}' "/proc/$sidecar/stat"; }
 app() { # app ARGS...: fortio in the app cgroup
   (echo "$BASHPID" >"$pod/app/cgroup.procs"; exec "$fortio" "$@")
 }
-for case in direct:http://127.0.0.2:18080/ explicit:http://127.0.0.1:15002/ ebpf:http://10.96.0.10:80/; do
+start_sidecar
+for case in direct:http://127.0.0.2:18080/ explicit:http://127.0.0.1:15002/ ebpf:http://10.96.0.10:80/ skmsg:http://10.96.0.10:80/; do
   name=${case%%:*} url=${case#*:}
+  if [ "$name" = skmsg ]; then
+    kill "$sidecar"; wait "$sidecar" 2>/dev/null || true
+    start_sidecar -accelerate
+  fi
   app load -quiet -c 16 -qps 0 -t 1s "$url" >/dev/null 2>&1 || true
   for kind in fixed max; do
     args=(-c 16 -qps 0)
@@ -107,7 +116,8 @@ def p(d, q):
     for x in d["DurationHistogram"]["Percentiles"]:
         if x["Percentile"] == q:
             return x["Value"] * 1000
-for name, what in [("direct", "direct to the upstream (no sidecar)"), ("explicit", "to the sidecar's listener (no eBPF)"), ("ebpf", "to the VIP, redirected by eBPF")]:
+for name, what in [("direct", "direct to the upstream (no sidecar)"), ("explicit", "to the sidecar's listener (no eBPF)"),
+                   ("ebpf", "to the VIP, redirected by eBPF"), ("skmsg", "the same with -accelerate (sockops + sk_msg)")]:
     f = json.load(open(f"{tmp}/{name}-fixed.json"))
     m = json.load(open(f"{tmp}/{name}-max.json"))
     for d in (f, m):
@@ -130,7 +140,9 @@ cgroup with the sidecar's programs attached). Latency at a fixed 1000 req/s
 over 8 connections, $DURATION; max throughput with 16 connections; sidecar CPU
 per request at 1000 req/s (the direct case has no sidecar on the path).
 \`ebpf\` against \`explicit\` is what the redirect itself costs; \`explicit\`
-against \`direct\` is the proxy hop.
+against \`direct\` is the proxy hop; \`skmsg\` against \`ebpf\` is what the
+sk_msg acceleration changes (every hop here is loopback, so all of them are
+accelerated).
 
 | path | p50 ms | p90 ms | p99 ms | max req/s | sidecar CPU µs/req |
 |---|---|---|---|---|---|

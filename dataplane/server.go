@@ -50,6 +50,11 @@ type Options struct {
 	// StartNotReady keeps readiness failing until SetReady(true), for a
 	// sidecar that waits for its first configuration from the control plane.
 	StartNotReady bool
+	// Accelerated, when set, tells whether a connection's bytes may bypass
+	// its socket's receive queue (the eBPF sk_msg loopback acceleration):
+	// the TCP proxy then copies such connections with read and write
+	// instead of splice(2), which would not see them.
+	Accelerated func(net.Conn) bool
 	// Identity is the sidecar's workload certificate and trust bundles
 	// (fed by SDS). With it, meshed endpoints are reached with mutual TLS
 	// and inbound listeners terminate it (see config.InboundMTLS); nil

@@ -94,15 +94,25 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 	if pre != nil {
 		src = pre
 	}
+	// io.Copy splices between two bare sockets; bytes the sk_msg program
+	// moved straight into a peer socket never reach the queue splice
+	// reads, so accelerated connections are copied with read and write.
+	var toUp io.Writer = up
+	var fromUp io.Reader = up
+	var toDown io.Writer = c
+	if acc := w.s.opts.Accelerated; acc != nil && (acc(c) || acc(up)) {
+		src, fromUp = struct{ io.Reader }{src}, struct{ io.Reader }{up}
+		toUp, toDown = struct{ io.Writer }{up}, struct{ io.Writer }{c}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(up, src) // splice(2) when src is the bare socket
+		n, _ := io.Copy(toUp, src) // splice(2) when src is the bare socket
 		rx = uint64(n)
 		closeWrite(up)
 	}()
-	n, err := io.Copy(c, up)
+	n, err := io.Copy(toDown, fromUp)
 	tx = uint64(n)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		e.Flags |= lb.FlagUC

@@ -36,6 +36,10 @@ const (
 	ExcludeInboundPortsAnnotation  = "meshlet.io/exclude-inbound-ports"
 	ExcludeOutboundPortsAnnotation = "meshlet.io/exclude-outbound-ports"
 	ExcludeOutboundCIDRsAnnotation = "meshlet.io/exclude-outbound-cidrs"
+	// AccelerateAnnotation "true" turns the sk_msg loopback acceleration on
+	// for the pod (MESHLET_ACCELERATE); off by default, since an app that
+	// reads a loopback socket with splice(2) would not see accelerated bytes.
+	AccelerateAnnotation = "meshlet.io/accelerate"
 	// MTLSModeAnnotation sets the pod's inbound mTLS mode: "STRICT" or
 	// "PERMISSIVE" (the default, as Istio's PeerAuthentication).
 	MTLSModeAnnotation = "meshlet.io/mtls-mode"

@@ -161,6 +161,12 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		}
 		env = append(env, corev1.EnvVar{Name: ex.env, Value: v})
 	}
+	if v, ok := pod.Annotations[AccelerateAnnotation]; ok {
+		if v != "true" && v != "false" {
+			return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q (want \"true\" or \"false\")", AccelerateAnnotation, v)
+		}
+		env = append(env, corev1.EnvVar{Name: "MESHLET_ACCELERATE", Value: v})
+	}
 	if v, ok := pod.Annotations[MTLSModeAnnotation]; ok {
 		m := strings.ToUpper(strings.TrimSpace(v))
 		if m != "STRICT" && m != "PERMISSIVE" {

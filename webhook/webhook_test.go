@@ -153,7 +153,7 @@ func TestInjectClassicAndIdempotent(t *testing.T) {
 
 func TestInjectAnnotationErrors(t *testing.T) {
 	for ann, v := range map[string]string{ModeAnnotation: "sideways", CPURequestAnnotation: "lots",
-		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar", MTLSModeAnnotation: "DISABLE"} {
+		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar", MTLSModeAnnotation: "DISABLE", AccelerateAnnotation: "yes"} {
 		p := appPod()
 		p.Annotations = map[string]string{ann: v}
 		if _, err := Inject(p, DefaultConfig()); err == nil || !strings.Contains(err.Error(), ann) {
@@ -167,7 +167,7 @@ func TestInjectAnnotationErrors(t *testing.T) {
 	}
 	p = appPod()
 	p.Annotations = map[string]string{ExcludeOutboundPortsAnnotation: "3306, 5432", ImageAnnotation: "my/proxy:2", MemoryLimitAnnotation: "1Gi",
-		MTLSModeAnnotation: "strict"}
+		MTLSModeAnnotation: "strict", AccelerateAnnotation: "true"}
 	out, err := Inject(p, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestInjectAnnotationErrors(t *testing.T) {
 	for _, e := range proxy.Env {
 		env[e.Name] = e.Value
 	}
-	if env["MESHLET_MTLS_MODE"] != "STRICT" || env["MESHLET_TRUST_DOMAIN"] != "cluster.local" {
+	if env["MESHLET_MTLS_MODE"] != "STRICT" || env["MESHLET_TRUST_DOMAIN"] != "cluster.local" || env["MESHLET_ACCELERATE"] != "true" {
 		t.Errorf("mTLS env: %v", env)
 	}
 	if args := strings.Join(proxy.Args, " "); !strings.Contains(args, "--sds=$(MESHLET_CONTROL_PLANE)") {

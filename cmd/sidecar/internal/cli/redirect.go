@@ -34,10 +34,11 @@ type redirect struct {
 // POD_UID under the host hierarchy at MESHLET_HOST_CGROUP (what the
 // injector mounts), else the parent of the sidecar's own cgroup; its network
 // namespace is the sidecar's own. Exclusions come from the injector's
-// MESHLET_EXCLUDE_* variables.
-func setupRedirect(cfg *config.Config, podCgroup string) (*redirect, error) {
+// MESHLET_EXCLUDE_* variables. accelerate turns the sk_msg loopback
+// short-circuit on.
+func setupRedirect(cfg *config.Config, podCgroup string, accelerate bool) (*redirect, error) {
 	r := &redirect{}
-	opts := bpf.Options{}
+	opts := bpf.Options{Accelerate: accelerate}
 	for _, l := range cfg.Listeners {
 		switch {
 		case l.Direction == config.Outbound:

@@ -47,12 +47,18 @@ func TestRunWithEBPFRedirect(t *testing.T) {
 	run("netns", "add", ns)
 	defer exec.Command("ip", "netns", "del", ns).Run()
 	run("-n", ns, "link", "set", "lo", "up")
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestRunWithEBPFRedirect$", "-test.v")
-	cmd.Env = append(os.Environ(), "MESHLET_E2E_INNER=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("inside the pod namespace:\n%s", out)
-	if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
-		t.Fatalf("inner run failed: %v", err)
+	// Once as deployed by default, once with the sk_msg acceleration (the
+	// TCP proxy must then copy with read and write: splice would stall).
+	for _, accelerate := range []string{"0", "1"} {
+		t.Run("accelerate="+accelerate, func(t *testing.T) {
+			cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestRunWithEBPFRedirect$", "-test.v")
+			cmd.Env = append(os.Environ(), "MESHLET_E2E_INNER=1", "MESHLET_E2E_ACCELERATE="+accelerate)
+			out, err := cmd.CombinedOutput()
+			t.Logf("inside the pod namespace:\n%s", out)
+			if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+				t.Fatalf("inner run failed: %v", err)
+			}
+		})
 	}
 }
 
@@ -96,6 +102,24 @@ func inner(t *testing.T) {
 		t.Fatal(err)
 	}
 	go http.Serve(upL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from upstream") }))
+	echoL, err := net.Listen("tcp", "127.0.0.2:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echoL.Close()
+	go func() {
+		for {
+			c, err := echoL.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				fmt.Fprintf(c, "echo: %s", line)
+			}()
+		}
+	}()
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`admin: 127.0.0.1:15000
@@ -107,6 +131,7 @@ listeners:
     address: 127.0.0.1:15001
     routes:
       - {name: vip, match: {destination: "10.96.0.10:80"}, cluster: up}
+      - {name: tcp, match: {destination: "10.96.0.10:7000"}, cluster: echo}
   - name: outbound6
     address: "[::1]:15001"
     routes:
@@ -116,11 +141,18 @@ clusters:
     load_assignment:
       cluster_name: up
       endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.2, port_value: 8080}}}}]}]
+  - name: echo
+    load_assignment:
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.2, port_value: 7000}}}}]}]
 `, logPath)), 0o644)
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		done <- run([]string{"-config", cfgPath, "-redirect", "ebpf", "-watch", "0", "-log-level", "error"}, &out)
+		args := []string{"-config", cfgPath, "-redirect", "ebpf", "-watch", "0", "-log-level", "error"}
+		if os.Getenv("MESHLET_E2E_ACCELERATE") == "1" {
+			args = append(args, "-accelerate")
+		}
+		done <- run(args, &out)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -152,7 +184,7 @@ clusters:
 	app.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
 	got, err := app.CombinedOutput()
 	if err != nil || strings.Count(string(got), "APP GOT: hello from upstream") != 2 || !strings.Contains(string(got), "PEER 10.96.0.10:80") ||
-		!strings.Contains(string(got), "PEER [fd00:96::10]:80") {
+		!strings.Contains(string(got), "PEER [fd00:96::10]:80") || !strings.Contains(string(got), "APP GOT TCP: echo: ping") {
 		t.Fatalf("the app through the sidecar: %v\n%s", err, got)
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
@@ -186,6 +218,19 @@ func TestRedirectApp(t *testing.T) {
 		c.Close()
 		fmt.Printf("APP GOT: %s\n", b)
 	}
+	// Opaque TCP through the sidecar's TCP proxy.
+	c, err := net.DialTimeout("tcp", "10.96.0.10:7000", 3*time.Second)
+	if err != nil {
+		t.Fatalf("dial the TCP VIP: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "ping\n")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("TCP echo through the sidecar: %q, %v", line, err)
+	}
+	fmt.Printf("APP GOT TCP: %s", line)
 }
 
 func cgroup2Mount(t *testing.T) string {

@@ -28,6 +28,8 @@ func run(args []string, out io.Writer) error {
 	path := fs.String("config", "", "static config file (default: the embedded examples/sidecar/sidecar.yaml)")
 	redirectMode := fs.String("redirect", "none", "traffic capture: none (explicit listeners) or ebpf")
 	podCgroup := fs.String("pod-cgroup", "", "with -redirect=ebpf: the pod's cgroup v2 directory (default: MESHLET_POD_CGROUP, else the parent of the sidecar's cgroup)")
+	accelerate := fs.Bool("accelerate", os.Getenv("MESHLET_ACCELERATE") == "true",
+		"with -redirect=ebpf: short-circuit the pod's loopback hops (app <-> sidecar) with sockops + sk_msg (default: MESHLET_ACCELERATE=true)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
 	xdsAddr := fs.String("xds", "", "control plane address for clusters and routes over ADS (merged into the static config)")
@@ -107,11 +109,12 @@ func run(args []string, out io.Writer) error {
 	if *redirectMode == "ebpf" {
 		// Attach before any listener exists and before readiness: the
 		// app's connects are captured from the first one.
-		if rd, err = setupRedirect(cfg, *podCgroup); err != nil {
+		if rd, err = setupRedirect(cfg, *podCgroup, *accelerate); err != nil {
 			return err
 		}
 		defer rd.close()
 		opts.OriginalDst = originalDst
+		opts.Accelerated = rd.objs.Accelerated
 	}
 	srv, err := dataplane.New(cfg, opts)
 	if err != nil {
