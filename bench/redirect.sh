@@ -11,8 +11,10 @@
 #   skmsg    the same with the sidecar started with -accelerate (the app <->
 #            sidecar and sidecar <-> upstream loopback hops go through sk_msg),
 # at a fixed 1000 req/s (8 connections) and at full speed (16 connections),
-# 10 s each, and measures the sidecar's CPU per request. Rewrites the
-# redirect section of bench/RESULTS.md.
+# 10 s each, and measures the sidecar's CPU per request. It also runs
+# BenchmarkHop (bpf/: the app <-> sidecar loopback hop alone, plain TCP
+# against sk_msg, round trip and streaming at 1 B, 1 KiB, 16 KiB and
+# 64 KiB writes). Rewrites the redirect section of bench/RESULTS.md.
 #
 # Usage: sudo bench/redirect.sh    (root: eBPF, cgroups, netns; ~1 minute)
 # Installs fortio v1.68.2 into ${MESHLET_CACHE:-$HOME/.cache/meshlet}/bin.
@@ -109,6 +111,20 @@ for case in direct:http://127.0.0.2:18080/ explicit:http://127.0.0.1:15002/ ebpf
   done
 done
 INNER
+go test -run '^$' -bench BenchmarkHop -benchtime 1s -count 1 ./bpf/ >"$tmp/hop.txt" 2>&1 || { cat "$tmp/hop.txt" >&2; exit 1; }
+python3 - "$tmp/hop.txt" >"$tmp/hop.md" <<'PY'
+import re, sys
+r = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"BenchmarkHop/(rtt|stream)/(\w+)/(tcp|skmsg)-\d+\s+\d+\s+([\d.]+) ns/op\s+([\d.]+) MB/s", line)
+    if m:
+        r[(m[1], m[2], m[3])] = (float(m[4]), float(m[5]))
+for size in ["1B", "1KiB", "16KiB", "64KiB"]:
+    rt, rs = r[("rtt", size, "tcp")][0] / 1000, r[("rtt", size, "skmsg")][0] / 1000
+    st, ss = r[("stream", size, "tcp")][1], r[("stream", size, "skmsg")][1]
+    mb = lambda v: f"{v:.2f}" if v < 10 else f"{v:.0f}"
+    print(f"| {size} | {rt:.1f} | {rs:.1f} | {mb(st)} | {mb(ss)} |")
+PY
 python3 - "$tmp" "$(getconf CLK_TCK)" >"$tmp/rows.md" <<'PY'
 import json, sys
 tmp, hz = sys.argv[1], int(sys.argv[2])
@@ -147,6 +163,14 @@ accelerated).
 | path | p50 ms | p90 ms | p99 ms | max req/s | sidecar CPU µs/req |
 |---|---|---|---|---|---|
 $(cat "$tmp/rows.md")
+
+The hop alone (\`BenchmarkHop\`, a connected loopback pair inside the attached
+pod cgroup, Read and Write; rtt: one message there and back; stream: one
+write per op to a reader draining the other end):
+
+| write size | rtt plain TCP µs | rtt sk_msg µs | stream plain TCP MB/s | stream sk_msg MB/s |
+|---|---|---|---|---|
+$(cat "$tmp/hop.md")
 <!-- redirect:end -->
 MD
 )

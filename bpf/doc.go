@@ -28,14 +28,15 @@
 // local (loopback) sockets of the pod into a sockhash, and an sk_msg program
 // moves each write straight into the peer socket's receive queue; when the
 // peer is not in the sockhash the write goes through TCP (SK_PASS, never a
-// drop). BenchmarkHop on the test machine (2 CPUs, light load) measured the
-// round trip 40-50% shorter at 1 B to 64 KiB and streaming no slower at any
-// write size; the earlier experiment, under heavy load, found 1 KiB writes
-// at 0.45x. Through the whole sidecar (bench/redirect.sh: HTTP/1.1 requests
-// app -> sidecar -> upstream, all loopback) it cut p50 latency by 5-10 % and
-// raised throughput 4-12 %. It stays off by default because redirected bytes
-// bypass the receive queue that splice(2) reads: a reader that splices from
-// an accelerated socket stalls. meshlet's own TCP proxy asks
+// drop). BenchmarkHop on the test machine (2 CPUs; bench/RESULTS.md)
+// measures the round trip 35-50 % shorter at 1 B to 64 KiB, streaming
+// about equal at 1 KiB writes but 30 % slower at 16 and 64 KiB (an earlier
+// experiment, under heavy load, found 1 KiB writes at 0.45x). Through the
+// whole sidecar (bench/redirect.sh: HTTP/1.1 requests app -> sidecar ->
+// upstream, all loopback) it cut p50 latency by 5-10 % and raised
+// throughput 4-12 %. It stays off by default: it loses on bulk transfers,
+// and redirected bytes bypass the receive queue that splice(2) reads, so a
+// reader that splices from an accelerated socket stalls. meshlet's own TCP proxy asks
 // [Objects.Accelerated] and copies those connections with Read and Write;
 // an app's own splice readers cannot be fixed from here, so a pod opts in
 // (`sidecar run -accelerate`, the meshlet.io/accelerate annotation).

@@ -33,6 +33,11 @@ type adminServers struct {
 func (s *Server) startAdmin(cfg *config.Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{s: s})
+	for _, c := range s.opts.Collectors {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("dataplane: metrics: %w", err)
+		}
+	}
 	prom := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	s.admin = &adminServers{addrs: map[string]string{}, level: s.opts.LogLevel}
 	if s.admin.level == nil {

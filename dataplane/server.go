@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
@@ -55,6 +57,9 @@ type Options struct {
 	// the TCP proxy then copies such connections with read and write
 	// instead of splice(2), which would not see them.
 	Accelerated func(net.Conn) bool
+	// Collectors are extra metrics served on the Prometheus and admin
+	// endpoints (the eBPF redirect's counters).
+	Collectors []prometheus.Collector
 	// Identity is the sidecar's workload certificate and trust bundles
 	// (fed by SDS). With it, meshed endpoints are reached with mutual TLS
 	// and inbound listeners terminate it (see config.InboundMTLS); nil

@@ -6,8 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshlet-dev/meshlet/bpf"
 	"github.com/meshlet-dev/meshlet/dataplane"
@@ -172,4 +176,59 @@ func exclusionsFromEnv() (bpf.Exclusions, error) {
 		ex.OutboundCIDRs = append(ex.OutboundCIDRs, p)
 	}
 	return ex, nil
+}
+
+// redirectCollector serves the programs' counters and map fill as
+// Prometheus metrics: meshlet_redirect_events_total{event},
+// meshlet_redirect_map_entries{map} and meshlet_redirect_map_capacity.
+type redirectCollector struct{ objs *bpf.Objects }
+
+var (
+	redirectEventsDesc = prometheus.NewDesc("meshlet_redirect_events_total",
+		"eBPF redirect events since the programs were loaded (connects seen, redirected, bypassed by reason, original destinations answered, sk_lookup steering, per-CPU worker selection, sk_msg).",
+		[]string{"event"}, nil)
+	redirectMapDesc = prometheus.NewDesc("meshlet_redirect_map_entries",
+		"Entries in the eBPF redirect's connection maps.", []string{"map"}, nil)
+	redirectCapDesc = prometheus.NewDesc("meshlet_redirect_map_capacity",
+		"Entries each eBPF connection map holds at most.", nil, nil)
+)
+
+func (c redirectCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- redirectEventsDesc
+	ch <- redirectMapDesc
+	ch <- redirectCapDesc
+}
+
+func (c redirectCollector) Collect(ch chan<- prometheus.Metric) {
+	if n, err := c.objs.Counters(); err == nil {
+		v := reflect.ValueOf(n)
+		for i := range v.NumField() {
+			ch <- prometheus.MustNewConstMetric(redirectEventsDesc, prometheus.CounterValue, float64(v.Field(i).Uint()), snakeCase(v.Type().Field(i).Name))
+		}
+	} else {
+		ch <- prometheus.NewInvalidMetric(redirectEventsDesc, err)
+	}
+	if f, err := c.objs.MapFill(); err == nil {
+		for name, n := range map[string]int{"orig_by_cookie": f.OrigByCookie, "orig_by_peer": f.OrigByPeer, "sock_pairs": f.SockPairs} {
+			ch <- prometheus.MustNewConstMetric(redirectMapDesc, prometheus.GaugeValue, float64(n), name)
+		}
+		ch <- prometheus.MustNewConstMetric(redirectCapDesc, prometheus.GaugeValue, float64(f.Capacity))
+	} else {
+		ch <- prometheus.NewInvalidMetric(redirectMapDesc, err)
+	}
+}
+
+// snakeCase turns a Go field name (BypassProxyCgroup) into bypass_proxy_cgroup.
+func snakeCase(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 && !unicode.IsUpper(rune(s[i-1])) {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

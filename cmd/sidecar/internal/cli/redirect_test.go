@@ -187,6 +187,20 @@ clusters:
 		!strings.Contains(string(got), "PEER [fd00:96::10]:80") || !strings.Contains(string(got), "APP GOT TCP: echo: ping") {
 		t.Fatalf("the app through the sidecar: %v\n%s", err, got)
 	}
+	// The programs' counters are in the sidecar's metrics: the app's three
+	// connects were redirected and their original destinations answered.
+	resp, err := http.Get("http://127.0.0.1:15000/stats/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`meshlet_redirect_events_total{event="redirected"} 3`, `meshlet_redirect_events_total{event="orig_dst_hits"} 3`,
+		`meshlet_redirect_map_capacity `} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q:\n%s", want, grepMetric(string(metrics), "meshlet_redirect"))
+		}
+	}
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
@@ -264,4 +278,14 @@ func moveSelf(t *testing.T, procs string) {
 	if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		t.Fatalf("join %s: %v", procs, err)
 	}
+}
+
+func grepMetric(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -115,6 +115,7 @@ func run(args []string, out io.Writer) error {
 		defer rd.close()
 		opts.OriginalDst = originalDst
 		opts.Accelerated = rd.objs.Accelerated
+		opts.Collectors = append(opts.Collectors, redirectCollector{rd.objs})
 	}
 	srv, err := dataplane.New(cfg, opts)
 	if err != nil {
