@@ -29,9 +29,11 @@
 // moves each write straight into the peer socket's receive queue; when the
 // peer is not in the sockhash the write goes through TCP (SK_PASS, never a
 // drop). BenchmarkHop on the test machine (2 CPUs; bench/RESULTS.md)
-// measures the round trip 35-50 % shorter at 1 B to 64 KiB, streaming
-// about equal at 1 KiB writes but 30 % slower at 16 and 64 KiB (an earlier
-// experiment, under heavy load, found 1 KiB writes at 0.45x). Through the
+// measures the round trip 35-50 % shorter at 1 B to 64 KiB and streaming
+// equal or better at 1 KiB writes, but in three runs streaming 16 KiB
+// writes was 9-30 % slower and 64 KiB anywhere from 30 % slower to 14 %
+// faster (an earlier experiment, under heavy load, found 1 KiB writes at
+// 0.45x). Through the
 // whole sidecar (bench/redirect.sh: HTTP/1.1 requests app -> sidecar ->
 // upstream, all loopback) it cut p50 latency by 5-10 % and raised
 // throughput 4-12 %. It stays off by default: it loses on bulk transfers,
