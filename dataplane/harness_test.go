@@ -70,6 +70,34 @@ func upstream(t testing.TB, ip string, h http.Handler) string {
 	return l.Addr().String()
 }
 
+// serveTCP accepts connections on ip:0 and runs handle on each (closing
+// it after); it returns the address.
+func serveTCP(t testing.TB, ip string, handle func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("TCP server on %s: %v", ip, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); handle(c) }()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// String returns everything written so far.
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // named answers 200 with its name, for counting where requests went.
 func named(name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

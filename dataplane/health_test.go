@@ -136,21 +136,7 @@ func TestTCPAndGRPCHealthChecks(t *testing.T) {
 	// A TCP server that answers "PONG" to "PING", and one that accepts but
 	// answers nothing useful.
 	tcpServer := func(ip, reply string) string {
-		l, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); buf := make([]byte, 16); c.Read(buf); c.Write([]byte(reply)) }()
-			}
-		}()
-		return l.Addr().String()
+		return serveTCP(t, ip, func(c net.Conn) { buf := make([]byte, 16); c.Read(buf); c.Write([]byte(reply)) })
 	}
 	good := tcpServer("127.0.0.11", "PONG")
 	bad := tcpServer("127.0.0.12", "NOPE")

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,32 +83,16 @@ func identity(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) *mtl
 
 // tcpEcho serves a line-echo app on ip:0 ("echo: <line>").
 func tcpEcho(t testing.TB, ip string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
+	return serveTCP(t, ip, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					fmt.Fprintf(c, "echo: %s", line)
-				}
-			}()
+			fmt.Fprintf(c, "echo: %s", line)
 		}
-	}()
-	return l.Addr().String()
+	})
 }
 
 // startSidecar runs a data plane with an identity.
@@ -411,7 +394,7 @@ func TestInboundRefusalsWithOpenSSL(t *testing.T) {
 			args := append([]string{"s_client", "-connect", tcpIn, "-tls1_3", "-alpn", mtls.ALPNOpaqueTCP,
 				"-CAfile", rootPEM, "-verify_return_error", "-quiet"}, tc.args...)
 			cmd := exec.CommandContext(ctx, openssl, args...)
-			var out syncBuffer
+			var out logBuffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
@@ -463,24 +446,6 @@ func TestInboundRefusalsWithOpenSSL(t *testing.T) {
 	}
 	c.Close()
 	logs.waitLine(t, " NR ", "filter_chain_not_found")
-}
-
-// syncBuffer collects a process's output while the test polls it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // FuzzSniffClientHello: whatever the first bytes, sniffing never panics,

@@ -2,12 +2,8 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"strings"
 	"sync"
 
@@ -36,19 +32,10 @@ func startSDS(ctx context.Context, d sdsDial, log *slog.Logger) (*mtls.Store, *s
 		if d.caFile == "" {
 			return nil, nil, fmt.Errorf("run: -sds %q: a TCP target needs -sds-ca (or -xds-ca)", d.target)
 		}
-		pem, err := os.ReadFile(d.caFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("run: -sds-ca: %w", err)
+		var err error
+		if cfg.TLS, err = controlPlaneTLS("sds", d.target, d.caFile); err != nil {
+			return nil, nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("run: -sds-ca %s: no PEM certificate", d.caFile)
-		}
-		host, _, err := net.SplitHostPort(d.target)
-		if err != nil {
-			return nil, nil, fmt.Errorf("run: -sds %q: %w", d.target, err)
-		}
-		cfg.TLS = &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}
 		if d.tokenFile != "" {
 			cfg.Token = sds.TokenFile(d.tokenFile)
 		}

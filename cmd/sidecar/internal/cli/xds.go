@@ -52,19 +52,11 @@ func (d xdsDial) options(addr string) ([]grpc.DialOption, error) {
 		}
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	pem, err := os.ReadFile(d.caFile)
+	cfg, err := controlPlaneTLS("xds", addr, d.caFile)
 	if err != nil {
-		return nil, fmt.Errorf("run: -xds-ca: %w", err)
+		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("run: -xds-ca %s: no PEM certificate", d.caFile)
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("run: -xds %q: %w", addr, err)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}))}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
 	if d.tokenFile != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(tokenCreds{path: d.tokenFile}))
 	}
@@ -197,4 +189,23 @@ func (x *xdsSource) close() {
 	if x != nil {
 		x.conn.Close()
 	}
+}
+
+// controlPlaneTLS is the TLS config for dialling the control plane at addr
+// (host:port) for flag -<what>: its certificate must chain to the PEM root
+// in caFile and name the host.
+func controlPlaneTLS(what, addr, caFile string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("run: -%s-ca: %w", what, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("run: -%s-ca %s: no PEM certificate", what, caFile)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("run: -%s %q: %w", what, addr, err)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
