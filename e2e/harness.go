@@ -46,7 +46,7 @@ type Cluster struct {
 }
 
 // freePort returns a loopback port nothing listens on.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func freePort(t *testing.T) int {
 }
 
 // k8sBin builds (or finds cached) the control-plane binaries.
-func k8sBin(t *testing.T) string {
+func k8sBin(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("MESHLET_K8S_BIN"); d != "" {
 		return d
@@ -70,7 +70,7 @@ func k8sBin(t *testing.T) string {
 
 // StartCluster starts etcd, kube-apiserver and kube-controller-manager and
 // waits until the default ServiceAccount exists (pods are refused before).
-func StartCluster(t *testing.T) *Cluster {
+func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}}
 	t.Cleanup(c.stop)
@@ -97,7 +97,7 @@ func StartCluster(t *testing.T) *Cluster {
 	return c
 }
 
-func (c *Cluster) start(t *testing.T, name string, args ...string) {
+func (c *Cluster) start(t testing.TB, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
 	buf := &bytes.Buffer{}
@@ -128,7 +128,7 @@ func (c *Cluster) Log(name string) string {
 	return ""
 }
 
-func (c *Cluster) waitAPI(t *testing.T) {
+func (c *Cluster) waitAPI(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -142,7 +142,7 @@ func (c *Cluster) waitAPI(t *testing.T) {
 	}
 }
 
-func (c *Cluster) waitDefaultSA(t *testing.T, ns string) {
+func (c *Cluster) waitDefaultSA(t testing.TB, ns string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -157,7 +157,7 @@ func (c *Cluster) waitDefaultSA(t *testing.T, ns string) {
 }
 
 // Kubectl runs the built kubectl against the cluster.
-func (c *Cluster) Kubectl(t *testing.T, stdin string, args ...string) string {
+func (c *Cluster) Kubectl(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(c.Bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -170,7 +170,7 @@ func (c *Cluster) Kubectl(t *testing.T, stdin string, args ...string) string {
 
 // pki writes a CA, the API server's serving certificate, an admin client
 // certificate and the ServiceAccount signing keys.
-func (c *Cluster) pki(t *testing.T) {
+func (c *Cluster) pki(t testing.TB) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meshlet-e2e-ca"},
@@ -191,7 +191,7 @@ func (c *Cluster) pki(t *testing.T) {
 
 // Issue signs a certificate from the cluster CA and writes name.crt and
 // name.key; it returns the paths.
-func (c *Cluster) issue(t *testing.T, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string) {
+func (c *Cluster) issue(t testing.TB, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
@@ -210,7 +210,7 @@ func (c *Cluster) issue(t *testing.T, name string, subj pkix.Name, dns []string,
 }
 
 // ServingCert issues a serving certificate for 127.0.0.1 (webhooks).
-func (c *Cluster) ServingCert(t *testing.T, name string) (certFile, keyFile string) {
+func (c *Cluster) ServingCert(t testing.TB, name string) (certFile, keyFile string) {
 	return c.issue(t, name, pkix.Name{CommonName: name}, []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
 }
 
@@ -219,13 +219,13 @@ func (c *Cluster) CAPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.CA.Raw})
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func writePEM(t testing.TB, path, typ string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (c *Cluster) writeKubeconfig(t *testing.T, port int) {
+func (c *Cluster) writeKubeconfig(t testing.TB, port int) {
 	t.Helper()
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,20 @@ func TestInjectionAgainstARealAPIServer(t *testing.T) {
 	}
 	if g := stored.Spec.Containers[0].ReadinessProbe.HTTPGet; g == nil || !strings.HasPrefix(g.Path, "/app-health/web/") {
 		t.Errorf("app probe not rewritten: %+v", stored.Spec.Containers[0].ReadinessProbe)
+	}
+
+	// Re-admission changes nothing: the stored (injected) pod sent through
+	// admission again (a server-side dry run of a create) comes back equal.
+	again := stored.DeepCopy()
+	again.ObjectMeta = metav1.ObjectMeta{Name: "web-1-again", Namespace: "shop", Labels: stored.Labels, Annotations: stored.Annotations}
+	again.Spec.NodeName = ""
+	readmitted, err := c.Client.CoreV1().Pods("shop").Create(ctx, again, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("re-admission: %v", err)
+	}
+	if !reflect.DeepEqual(readmitted.Spec.InitContainers, stored.Spec.InitContainers) || !reflect.DeepEqual(readmitted.Spec.Containers, stored.Spec.Containers) ||
+		!reflect.DeepEqual(readmitted.Spec.Volumes, stored.Spec.Volumes) || readmitted.Annotations[webhook.StatusAnnotation] != stored.Annotations[webhook.StatusAnnotation] {
+		t.Errorf("re-admission changed the pod:\nstored init %v\nagain  init %v", stored.Spec.InitContainers, readmitted.Spec.InitContainers)
 	}
 
 	plain, err := c.Client.CoreV1().Pods("plain").Create(ctx, testPod("web-1"), metav1.CreateOptions{})

@@ -31,7 +31,7 @@ import (
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
-func startInjector(t *testing.T, c *Cluster) (*injector.Server, context.CancelFunc) {
+func startInjector(t testing.TB, c *Cluster) (*injector.Server, context.CancelFunc) {
 	t.Helper()
 	return startInjectorWith(t, c, func(*injector.Options) {})
 }
@@ -40,7 +40,7 @@ func startInjector(t *testing.T, c *Cluster) (*injector.Server, context.CancelFu
 // injector talks to the API server as its own ServiceAccount
 // (meshlet-system/meshlet-injector, from deploy/ which must be applied),
 // so the tests prove that deploy/'s least-privilege RBAC is enough.
-func startInjectorWith(t *testing.T, c *Cluster, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
+func startInjectorWith(t testing.TB, c *Cluster, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
 	t.Helper()
 	exp := int64(3600)
 	tr, err := c.Client.CoreV1().ServiceAccounts("meshlet-system").CreateToken(context.Background(), "meshlet-injector",
