@@ -2,10 +2,10 @@
 # Runs BenchmarkChurn (discovery/xds: one ADS server, 100 services x 100
 # endpoints in three zones, 1,000 sidecar ADS clients in a second process,
 # one endpoint flipped per iteration) for both protocols and rewrites the xds
-# section of bench/RESULTS.md. Usage: bench/xds.sh [iterations]   (default 50)
+# section of bench/RESULTS.md. Usage: bench/xds.sh [iterations]   (default 100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=${1:-50}
+n=${1:-100}
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 go test -run '^$' -bench 'BenchmarkChurn' -benchtime "${n}x" -count 1 -timeout 60m ./discovery/xds/ | tee "$raw"
