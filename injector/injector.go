@@ -74,7 +74,7 @@ type Options struct {
 	// took inside the webhook handler (what the latency histogram
 	// observes), for benchmarks that need exact percentiles.
 	ObserveAdmission func(time.Duration)
-	Logger  *slog.Logger
+	Logger           *slog.Logger
 }
 
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
