@@ -33,8 +33,10 @@ type accessLogger struct {
 	once    sync.Once
 }
 
-// accessLogQueue is the capacity of each worker's queue.
-const accessLogQueue = 16384
+// accessLogQueue is the capacity of each worker's queue: at 30,000
+// requests per second on a worker it rides out a 130 ms stall of the log
+// writer; each slot costs 24 bytes whether used or not.
+const accessLogQueue = 4096
 
 func newAccessLogger(cfg config.AccessLog, override io.Writer, workers int) (*accessLogger, error) {
 	a := &accessLogger{format: cfg.Format, stop: make(chan struct{})}

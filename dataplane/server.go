@@ -170,13 +170,22 @@ type reloadReq struct {
 	done chan error
 }
 
+// Queue sizes for request results on their way to the main loop (64 bytes
+// a slot, allocated up front): each worker's, and the main loop's own,
+// which the workers' forwarders fill. A result that finds its queue full is
+// dropped and counted (server.events_dropped).
+const (
+	workerEventQueue = 1024
+	mainEventQueue   = 2048
+)
+
 // New builds a Server from cfg; nothing listens until Start.
 func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{},
-		events: make(chan event, 8192), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
+		events: make(chan event, mainEventQueue), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
 		mainDone: make(chan struct{}), rnd: newRandom()}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -50,7 +50,7 @@ type worker struct {
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
 		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[requestKey]*requestStats{}}
-	w.events = make(chan event, 4096)
+	w.events = make(chan event, workerEventQueue)
 	w.bufs = newBufferPool()
 	w.proxy = w.newReverseProxy()
 	w.httpConns = newChanListener()

@@ -157,6 +157,7 @@ func run(args []string, out io.Writer) error {
 		defer xsrc.close()
 	}
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
+	releaseMemory.kick()
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
@@ -181,6 +182,7 @@ func run(args []string, out io.Writer) error {
 			return
 		}
 		log.Info("config reloaded", "trigger", why)
+		releaseMemory.kick()
 	}
 	for {
 		select {

@@ -127,12 +127,14 @@ func (x *xdsSource) apply(clusters []config.Cluster) {
 	}
 	if err != nil {
 		x.log.Error("xds update refused; keeping the running config", "err", err)
+		return
 	}
+	releaseMemory.kick()
 }
 
 // mergeXDS adds xDS clusters to the static ones (a static cluster wins a
-// name clash) and xDS routes to the first outbound listener, after its
-// static routes; the control plane's local cluster becomes the zone-aware
+// name clash) and xDS routes to the first outbound listener of each
+// address family, after its static routes; the control plane's local cluster becomes the zone-aware
 // local cluster unless the static file names one.
 func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Route) (*config.Config, error) {
 	cfg := *base
