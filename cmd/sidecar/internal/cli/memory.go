@@ -16,19 +16,21 @@ const memReleaseDelay = time.Second
 // it mapped for minutes. Kicks within memReleaseDelay of each other run it
 // once.
 type memReleaser struct {
-	mu sync.Mutex
-	t  *time.Timer
+	delay   time.Duration
+	release func()
+	mu      sync.Mutex
+	t       *time.Timer
 }
 
 func (m *memReleaser) kick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.t == nil {
-		m.t = time.AfterFunc(memReleaseDelay, debug.FreeOSMemory)
+		m.t = time.AfterFunc(m.delay, m.release)
 		return
 	}
-	m.t.Reset(memReleaseDelay)
+	m.t.Reset(m.delay)
 }
 
 // releaseMemory is the process's releaser.
-var releaseMemory memReleaser
+var releaseMemory = &memReleaser{delay: memReleaseDelay, release: debug.FreeOSMemory}

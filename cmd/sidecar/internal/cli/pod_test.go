@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
@@ -97,5 +98,29 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 				t.Errorf("IPv6 loopback %v: listener %s has %d routes, want %d", v6, l.Name, len(l.Routes), want)
 			}
 		}
+	}
+}
+
+func TestMemReleaserRunsOnceAfterABurst(t *testing.T) {
+	ran := make(chan struct{}, 10)
+	m := &memReleaser{delay: 50 * time.Millisecond, release: func() { ran <- struct{}{} }}
+	for range 5 {
+		m.kick()
+	}
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the releaser never ran")
+	}
+	select {
+	case <-ran:
+		t.Fatal("a burst of kicks released more than once")
+	case <-time.After(200 * time.Millisecond):
+	}
+	m.kick() // a later change releases again
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the releaser did not run after a later kick")
 	}
 }
