@@ -75,11 +75,16 @@ func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info
 		timeout = config.DefaultDetectionTimeout
 	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	isTLS, mesh := sniffClientHello(br)
-	_ = c.SetReadDeadline(time.Time{})
-	if pol.Mode == mtls.Strict && isTLS {
-		mesh = true // whatever it offers, only mutual TLS gets in
+	var mesh bool
+	if pol.Mode == mtls.Strict {
+		// Whatever a ClientHello offers, only mutual TLS gets in: no need
+		// to parse it before the handshake does.
+		hdr, err := br.Peek(5)
+		mesh = err == nil && mtls.DetectTLS(hdr)
+	} else {
+		_, mesh = sniffClientHello(br)
 	}
+	_ = c.SetReadDeadline(time.Time{})
 	if !mesh {
 		if err := pol.AdmitPlaintext(); err != nil {
 			w.s.mtlsStats.count("inbound", "plaintext_refused")

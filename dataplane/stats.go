@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -114,6 +115,30 @@ func (r *requestStats) observe(d time.Duration) {
 		if ms <= b {
 			r.buckets[i].Add(1)
 			return
+		}
+	}
+}
+
+// principals fills the identity labels of a request's metrics (Istio's
+// source_principal, destination_principal, connection_security_policy):
+// inbound, the mTLS peer and this sidecar; outbound, this sidecar and the
+// upstream's verified identity.
+func (w *worker) principals(k *requestKey, ls *listenerState, info connInfo, upMTLS bool, upstreamPeer string) {
+	self := ""
+	if w.s.opts.Identity != nil {
+		self = w.s.opts.Identity.Current().ID.String()
+	}
+	k.reporter, k.security = "source", "none"
+	k.sourcePrincipal, k.destPrincipal = self, upstreamPeer
+	if upMTLS {
+		k.security = "mutual_tls"
+	}
+	if ls != nil && ls.cfg.Direction == config.Inbound {
+		k.reporter = "destination"
+		k.sourcePrincipal, k.destPrincipal = info.peer, self
+		k.security = "none"
+		if info.mtls {
+			k.security = "mutual_tls"
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
@@ -130,29 +129,5 @@ func closeWrite(c net.Conn) {
 	}
 	if cc, ok := c.(*countedConn); ok {
 		closeWrite(cc.Conn)
-	}
-}
-
-// principals fills the identity labels of a request's metrics (Istio's
-// source_principal, destination_principal, connection_security_policy):
-// inbound, the mTLS peer and this sidecar; outbound, this sidecar and the
-// upstream's verified identity.
-func (w *worker) principals(k *requestKey, ls *listenerState, info connInfo, upMTLS bool, upstreamPeer string) {
-	self := ""
-	if w.s.opts.Identity != nil {
-		self = w.s.opts.Identity.Current().ID.String()
-	}
-	k.reporter, k.security = "source", "none"
-	k.sourcePrincipal, k.destPrincipal = self, upstreamPeer
-	if upMTLS {
-		k.security = "mutual_tls"
-	}
-	if ls != nil && ls.cfg.Direction == config.Inbound {
-		k.reporter = "destination"
-		k.sourcePrincipal, k.destPrincipal = info.peer, self
-		k.security = "none"
-		if info.mtls {
-			k.security = "mutual_tls"
-		}
 	}
 }

@@ -80,7 +80,7 @@ type Options struct {
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
 func DefaultOptions() Options {
 	return Options{Namespace: "meshlet-system", CASecret: "meshlet-ca", WebhookConfig: "meshlet-injector",
-		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: "cluster.local",
+		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: mtls.DefaultTrustDomain,
 		Hosts:       []string{"meshlet-injector.meshlet-system.svc", "meshlet-injector.meshlet-system.svc.cluster.local"},
 		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", ControlPlaneService: "meshlet-injector",
 		Sidecar: webhook.DefaultConfig(), SyncInterval: 10 * time.Second}

@@ -44,6 +44,9 @@ func (w Workload) String() string {
 	return id.String()
 }
 
+// DefaultTrustDomain is the mesh's trust domain unless configured (Istio's).
+const DefaultTrustDomain = "cluster.local"
+
 // WorkloadID builds spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccount>.
 // trustDomain may be given with or without the spiffe:// prefix.
 func WorkloadID(trustDomain, namespace, serviceAccount string) (spiffeid.ID, error) {

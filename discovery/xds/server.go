@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/mtls"
 )
 
 // Defaults of Options.
@@ -43,7 +44,7 @@ type Options struct {
 	ClusterDomain string
 	// TrustDomain of the SPIFFE IDs given to meshed endpoints
 	// (spiffe://<trust domain>/ns/<namespace>/sa/<service account>);
-	// default DefaultTrustDomain.
+	// default mtls.DefaultTrustDomain.
 	TrustDomain string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -137,6 +138,9 @@ type sentResponse struct{ nonce, version string }
 func NewServer(opts Options) *Server {
 	if opts.Debounce <= 0 {
 		opts.Debounce = DefaultDebounce
+	}
+	if opts.TrustDomain == "" {
+		opts.TrustDomain = mtls.DefaultTrustDomain
 	}
 	if opts.MaxDebounceDelay < opts.Debounce {
 		opts.MaxDebounceDelay = max(DefaultMaxDebounceDelay, opts.Debounce)
@@ -294,9 +298,6 @@ func nodeLocality(n *corev1.Node) lb.Locality {
 	return lb.Locality{Region: n.Labels[lb.LabelRegion], Zone: n.Labels[lb.LabelZone], SubZone: n.Labels[lb.LabelSubZone]}
 }
 
-// DefaultTrustDomain is Options.TrustDomain's default (Istio's).
-const DefaultTrustDomain = "cluster.local"
-
 // SetPodMeshed records whether a pod runs a meshlet sidecar, and the
 // service account whose SPIFFE ID its endpoints must present ("" is
 // Kubernetes' "default").
@@ -306,11 +307,14 @@ func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool, serviceAcco
 		if serviceAccount == "" {
 			serviceAccount = "default"
 		}
-		td := s.opts.TrustDomain
-		if td == "" {
-			td = DefaultTrustDomain
+		wid, err := mtls.WorkloadID(s.opts.TrustDomain, pod.Namespace, serviceAccount)
+		if err != nil {
+			// Still meshed: sidecars then accept any peer of their own
+			// trust domain for it.
+			s.log.Warn("meshed pod without a SPIFFE identity", "pod", pod, "err", err)
+		} else {
+			id = wid.String()
 		}
-		id = "spiffe://" + td + "/ns/" + pod.Namespace + "/sa/" + serviceAccount
 	}
 	s.mu.Lock()
 	if s.meshed[pod] == id {

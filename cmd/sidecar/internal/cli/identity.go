@@ -54,22 +54,17 @@ func startSDS(ctx context.Context, d sdsDial, log *slog.Logger) (*mtls.Store, *s
 // podIdentity is the SPIFFE ID of the pod's service account:
 // spiffe://$MESHLET_TRUST_DOMAIN (default cluster.local)/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT.
 func podIdentity(getenv func(string) string) (spiffeid.ID, error) {
-	tdName := getenv("MESHLET_TRUST_DOMAIN")
-	if tdName == "" {
-		tdName = "cluster.local"
-	}
-	td, err := spiffeid.TrustDomainFromString(tdName)
-	if err != nil {
-		return spiffeid.ID{}, fmt.Errorf("run -pod: MESHLET_TRUST_DOMAIN %q: %w", tdName, err)
+	td := getenv("MESHLET_TRUST_DOMAIN")
+	if td == "" {
+		td = mtls.DefaultTrustDomain
 	}
 	ns, sa := getenv("POD_NAMESPACE"), getenv("SERVICE_ACCOUNT")
 	if ns == "" || sa == "" {
 		return spiffeid.ID{}, fmt.Errorf("run -pod: POD_NAMESPACE (%q) and SERVICE_ACCOUNT (%q) name the workload identity; both are required with -sds", ns, sa)
 	}
-	w := mtls.Workload{TrustDomain: td, Namespace: ns, ServiceAccount: sa}
-	id, err := w.ID()
+	id, err := mtls.WorkloadID(td, ns, sa)
 	if err != nil {
-		return spiffeid.ID{}, fmt.Errorf("run -pod: workload identity: %w", err)
+		return spiffeid.ID{}, fmt.Errorf("run -pod: workload identity (MESHLET_TRUST_DOMAIN, POD_NAMESPACE, SERVICE_ACCOUNT): %w", err)
 	}
 	return id, nil
 }
