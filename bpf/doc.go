@@ -86,7 +86,11 @@
 // the sockhash, falls back to the map attach on kernels before 6.10: that one
 // goes with the map, which goes with the process.)
 //
-// Requirements: root (CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN), a cgroup v2
+// Requirements: root (CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN) to load and
+// attach; afterwards the Objects work in a process that has given up root
+// and every capability (the sidecar runs as uid 1337) on Linux 6.5 or later,
+// which checks kernel.unprivileged_bpf_disabled only when programs and maps
+// are created; a cgroup v2
 // mount and Linux 5.15 or later. The programs use only UAPI context structs,
 // so they need no kernel BTF and no CO-RE. The objects are compiled by bpf2go and
 // committed; see gen.go.

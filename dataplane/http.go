@@ -663,7 +663,7 @@ func (cc *countedConn) Close() error {
 }
 
 // newUpstreamTransport is a worker's connection pool for one cluster:
-// HTTP/1.1 keep-alive with the cluster's idle timeout, or h2c.
+// HTTP/1.1 keep-alive with the cluster's idle timeout (h1Pool), or h2c.
 func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return w.dial(ctx, c, addr) }
 	if c.cfg.Protocol == config.UpstreamHTTP2 {
@@ -675,7 +675,7 @@ func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 			IdleConnTimeout: idleTimeout(c),
 		}
 	}
-	return &http.Transport{
+	return newH1Pool(w, c, &http.Transport{
 		DialContext:            dial,
 		MaxIdleConns:           0,
 		MaxIdleConnsPerHost:    1024,
@@ -684,7 +684,7 @@ func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 		ForceAttemptHTTP2:      false,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 60 << 10,
-	}
+	})
 }
 
 func idleTimeout(c *cluster) time.Duration {

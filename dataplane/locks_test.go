@@ -116,6 +116,8 @@ func workerLocal(fn string) bool {
 	for _, p := range []string{
 		"github.com/meshlet-dev/meshlet/dataplane.(*worker)", "github.com/meshlet-dev/meshlet/dataplane.lockedRandom",
 		"github.com/meshlet-dev/meshlet/dataplane.(*bufferPool)", "github.com/meshlet-dev/meshlet/dataplane.(*worker).report",
+		// one worker's HTTP/1.1 pool for one cluster (worker.transport)
+		"github.com/meshlet-dev/meshlet/dataplane.(*h1Pool)",
 		// per-worker queues: contention among one worker's goroutines
 		"github.com/meshlet-dev/meshlet/dataplane.(*accessLogger).write",
 		"net/http.(*Transport)", "net/http.(*persistConn)", "net/http.(*conn)", "net/http.(*response)", "net/http.(*connReader)",

@@ -74,6 +74,10 @@ func TestTwoPodsEBPFAndMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp := startSPIRE(t, time.Hour)
+	// The sidecars dial the agent after switching to uid 1337: the agent
+	// attests that uid.
+	sp.cli(t, "spire-server", "entry", "create", "-socketPath", sp.serverSock, "-parentID", "spiffe://example.org/agent",
+		"-spiffeID", "spiffe://example.org/ns/shop/sa/web", "-selector", "unix:uid:1337")
 	root := cgroup2Root(t)
 	pid := os.Getpid()
 	pods := map[string]*fixturePod{}
@@ -130,7 +134,7 @@ listeners:
 clusters:
   - {name: app, type: STATIC, connect_timeout: 1s, load_assignment: {endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8080}}}}]}]}}
 `, bLog))
-	b.start(t, "sidecar-b", "proxy", sidecar, "run", "-config", bCfg, "-watch", "0", "-redirect", "ebpf", "-sds", "unix://"+sp.agentSock)
+	sidecarB := b.start(t, "sidecar-b", "proxy", sidecar, "run", "-config", bCfg, "-watch", "0", "-redirect", "ebpf", "-sds", "unix://"+sp.agentSock)
 	// Pod A: its sidecar routes the VIP to pod B's endpoint over mTLS.
 	aLog := filepath.Join(dir, "a-access.log")
 	aCfg := writeFile(t, dir, "a.yaml", fmt.Sprintf(`node: {id: client-0.shop, cluster: client}
@@ -145,7 +149,7 @@ clusters:
       {endpoint: {address: {socket_address: {address: %s, port_value: 8080}}},
        metadata: {filter_metadata: {meshlet.io: {meshed: true, identity: "spiffe://example.org/ns/shop/sa/web"}}}}]}]}}
 `, aLog, b.ip))
-	a.start(t, "sidecar-a", "proxy", sidecar, "run", "-config", aCfg, "-watch", "0", "-redirect", "ebpf", "-sds", "unix://"+sp.agentSock)
+	sidecarA := a.start(t, "sidecar-a", "proxy", sidecar, "run", "-config", aCfg, "-watch", "0", "-redirect", "ebpf", "-sds", "unix://"+sp.agentSock)
 	for _, p := range []*fixturePod{a, b} {
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 			out, err := p.run(t, "app", "curl", "-fsS", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:15021/healthz/ready")
@@ -155,6 +159,15 @@ clusters:
 			if time.Now().After(deadline) {
 				t.Fatalf("the sidecar of pod %s never became ready: %v %s", p.ns, err, out)
 			}
+		}
+	}
+	// Both sidecars attached as root and now serve as 1337:1337 with no
+	// capability left on any thread.
+	for _, sc := range []*proc{sidecarA, sidecarB} {
+		if err := unprivileged(sc.cmd.Process.Pid, 1337); err != nil {
+			t.Errorf("%s: %v\n%s", sc.name, err, sc.out.String())
+		} else {
+			t.Logf("%s (pid %d): every thread 1337:1337, no capabilities", sc.name, sc.cmd.Process.Pid)
 		}
 	}
 	// A's app dials the VIP: there is no route to it, only the redirect.
@@ -190,4 +203,38 @@ clusters:
 	t.Logf("A: %s", wait(aLog, `"GET /echo?size=64 HTTP/1.1" 200`, b.ip+":8080", "spiffe://example.org/ns/shop/sa/web"))
 	t.Logf("B: %s", wait(bLog, `"GET /echo?size=64 HTTP/2.0" 200`, " app ", "spiffe://example.org/ns/shop/sa/web"))
 	t.Logf("B refused: %s", wait(bLog, "filter_chain_not_found"))
+}
+
+// unprivileged checks that every thread of pid runs as uid:uid (real,
+// effective, saved and filesystem ids) with empty permitted, effective and
+// ambient capability sets.
+func unprivileged(pid, uid int) error {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return fmt.Errorf("no threads for pid %d: %v", pid, err)
+	}
+	want := fmt.Sprint(uid)
+	for _, path := range tasks {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // a thread that exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			f := strings.Fields(v)
+			switch k {
+			case "Uid", "Gid":
+				for _, id := range f {
+					if id != want {
+						return fmt.Errorf("%s: %s %v, want %s", path, k, f, want)
+					}
+				}
+			case "CapPrm", "CapEff", "CapAmb":
+				if len(f) != 1 || strings.Trim(f[0], "0") != "" {
+					return fmt.Errorf("%s: %s %v, want none", path, k, f)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -52,6 +52,12 @@ func startSPIRE(t *testing.T, svidTTL time.Duration) *spire {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	// Workloads that are not root (the sidecar once it has switched to
+	// uid 1337) reach the agent's socket through it, as they reach
+	// /run/spire/sockets in a cluster.
+	if err := os.Chmod(sockDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	s.serverSock, s.agentSock = filepath.Join(sockDir, "server.sock"), filepath.Join(sockDir, "agent.sock")
 	port := portOf(localPort(t, "127.0.0.1"))
 	serverConf := writeFile(t, s.dir, "server.conf", fmt.Sprintf(`server {

@@ -182,7 +182,8 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		// certificate over SDS from the control plane, authenticated with
 		// the projected token over TLS to the mesh root.
 		Args: []string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)", "--sds=$(MESHLET_CONTROL_PLANE)",
-			"--xds-ca=" + RootCAPath + "/root-cert.pem", "--xds-token=" + TokenPath + "/meshlet-token"},
+			"--xds-ca=" + RootCAPath + "/root-cert.pem", "--xds-token=" + TokenPath + "/meshlet-token",
+			"--proxy-uid=" + strconv.FormatInt(cfg.ProxyUID, 10)},
 		Env: env, Resources: res,
 		Ports: []corev1.ContainerPort{
 			{Name: "meshlet-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
@@ -193,10 +194,17 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 			{Name: RootCAVolume, MountPath: RootCAPath, ReadOnly: true},
 			{Name: CgroupVolume, MountPath: HostCgroupPath, ReadOnly: true},
 		},
-		// The sidecar runs as root with every capability dropped but two:
+		// The sidecar starts as root with every capability dropped but two:
 		// BPF (load programs and maps) and NET_ADMIN (attach the cgroup
-		// sock and sk_lookup programs). Its own connects are exempt from
-		// the redirect by its cgroup.
+		// sock and sk_lookup programs). Once the programs are attached and
+		// its listeners registered it switches to ProxyUID:ProxyUID, which
+		// empties its capability sets (and no_new_privs keeps them empty):
+		// it serves traffic as uid 1337 with no capability, like Istio's
+		// proxy. It cannot start as 1337: Kubernetes gives a non-root
+		// container's process no capabilities (no ambient set) unless its
+		// binary has file capabilities, which need
+		// allowPrivilegeEscalation. Its own connects are exempt from the
+		// redirect by its cgroup and by that uid.
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser: &root, RunAsNonRoot: ptr(false), AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN"}},
@@ -287,7 +295,10 @@ func volumes(cfg Config) []corev1.Volume {
 	expiry := int64(43200)
 	dir := corev1.HostPathDirectory
 	return []corev1.Volume{
-		{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		// Mode 0644: the sidecar re-reads the rotated token as ProxyUID
+		// (the kubelet would make it 0600 for the pod's uid when all
+		// containers share one); only the sidecar container mounts it.
+		{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr(int32(0o644)), Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: TokenAudience, ExpirationSeconds: &expiry, Path: "meshlet-token"}}}}}},
 		{Name: RootCAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: cfg.RootCAConfigMap}}}},

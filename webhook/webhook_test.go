@@ -94,17 +94,23 @@ func TestInjectNativeSidecar(t *testing.T) {
 	if env["MESHLET_APP_PORTS"].Value != "8080" || env["MESHLET_CONTROL_PLANE"].Value == "" {
 		t.Errorf("app ports / control plane env: %+v", env)
 	}
-	if !strings.Contains(strings.Join(proxy.Args, " "), "--pod --redirect=ebpf --xds=$(MESHLET_CONTROL_PLANE)") {
+	if args := strings.Join(proxy.Args, " "); !strings.Contains(args, "--pod --redirect=ebpf --xds=$(MESHLET_CONTROL_PLANE)") ||
+		!strings.HasSuffix(args, " --proxy-uid=1337") {
 		t.Errorf("sidecar args %v", proxy.Args)
 	}
 	var token *corev1.ServiceAccountTokenProjection
+	var tokenMode *int32
 	for _, v := range out.Spec.Volumes {
 		if v.Name == TokenVolume {
-			token = v.Projected.Sources[0].ServiceAccountToken
+			token, tokenMode = v.Projected.Sources[0].ServiceAccountToken, v.Projected.DefaultMode
 		}
 	}
 	if token == nil || token.Audience != TokenAudience {
 		t.Errorf("projected token %+v", token)
+	}
+	// The sidecar, by then uid 1337, re-reads the rotated token.
+	if tokenMode == nil || *tokenMode != 0o644 {
+		t.Errorf("projected token mode %v, want 0644", tokenMode)
 	}
 	// The app's probes now go to the sidecar; exec probes stay.
 	app := out.Spec.Containers[0]

@@ -21,10 +21,13 @@ const usage = `usage:
       return once the sidecar is ready (the classic-mode postStart hook)
   sidecar demo [-phase 4s] [-rps 200]
       live failover demo: upstreams in three zones on loopback, the sidecar, a load generator
-  sidecar run [-config file.yaml | -pod] [-redirect none|ebpf] [-pod-cgroup PATH]
-              [-xds HOST:PORT [-xds-ca FILE] [-xds-token FILE] [-node-id ID]] [-log-level info] [-watch 2s]
+  sidecar run [-config file.yaml | -pod] [-redirect none|ebpf [-pod-cgroup PATH] [-proxy-uid 1337] [-accelerate]]
+              [-xds HOST:PORT [-xds-ca FILE] [-xds-token FILE] [-node-id ID]] [-sds HOST:PORT|unix:///PATH]
+              [-log-level info] [-watch 2s]
       run the data plane from a static config (default: the embedded examples/sidecar/sidecar.yaml),
-      or from the pod's environment (-pod), with clusters from an ADS control plane (-xds)
+      or from the pod's environment (-pod), with clusters from an ADS control plane (-xds) and the
+      workload certificate over SDS (-sds); with -redirect=ebpf it attaches the redirect as root, then
+      runs as -proxy-uid with no capabilities
   sidecar lb simulate [-o table|json] [-example NAME] [scenario.yaml]
       run a load-balancing scenario (default: the embedded examples/zone-residual.yaml)
   sidecar lb examples

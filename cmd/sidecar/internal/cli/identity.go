@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -23,9 +22,10 @@ type sdsDial struct {
 	id                        spiffeid.ID
 }
 
-// startSDS runs the SDS client feeding a new certificate store until ctx
-// ends.
-func startSDS(ctx context.Context, d sdsDial, log *slog.Logger) (*mtls.Store, *sds.Client, error) {
+// newSDS makes the SDS client feeding a new certificate store; the caller
+// starts its Run (after the privilege drop: the server attests the uid of
+// the process that dials it).
+func newSDS(d sdsDial, log *slog.Logger) (*mtls.Store, *sds.Client, error) {
 	store := mtls.NewStore()
 	cfg := sds.ClientConfig{Target: d.target, Store: store, ID: d.id, Logger: log}
 	if !strings.HasPrefix(d.target, "unix:") {
@@ -47,7 +47,6 @@ func startSDS(ctx context.Context, d sdsDial, log *slog.Logger) (*mtls.Store, *s
 	if err != nil {
 		return nil, nil, fmt.Errorf("run: %w", err)
 	}
-	go func() { _ = client.Run(ctx) }()
 	return store, client, nil
 }
 

@@ -40,9 +40,12 @@ type redirect struct {
 // namespace is the sidecar's own. Exclusions come from the injector's
 // MESHLET_EXCLUDE_* variables. accelerate turns the sk_msg loopback
 // short-circuit on.
-func setupRedirect(cfg *config.Config, podCgroup string, accelerate bool) (*redirect, error) {
+func setupRedirect(cfg *config.Config, podCgroup string, accelerate bool, proxyUID int) (*redirect, error) {
 	r := &redirect{}
-	opts := bpf.Options{Accelerate: accelerate}
+	opts := bpf.Options{Accelerate: accelerate, ProxyUID: proxyUID}
+	if proxyUID == 0 {
+		opts.ProxyUID = -1 // the sidecar stays root: no uid to exempt
+	}
 	for _, l := range cfg.Listeners {
 		switch {
 		case l.Direction == config.Outbound:
@@ -96,6 +99,13 @@ func setupRedirect(cfg *config.Config, podCgroup string, accelerate bool) (*redi
 		return nil, fmt.Errorf("redirect: %w", err)
 	}
 	return r, nil
+}
+
+// probe uses the maps the way the running sidecar does (counters, sockhash
+// lookups), for dropPrivileges.
+func (r *redirect) probe() error {
+	_, err := r.objs.Counters()
+	return err
 }
 
 // originalDst is the data plane's hook: SO_ORIGINAL_DST, answered by the

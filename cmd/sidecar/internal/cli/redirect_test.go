@@ -148,7 +148,11 @@ clusters:
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		args := []string{"-config", cfgPath, "-redirect", "ebpf", "-watch", "0", "-log-level", "error"}
+		// -proxy-uid 0: run() shares this test process, which must stay
+		// root to start the app in its cgroup (the unprivileged switch is
+		// TestDropPrivileges here and the real binary in e2e's
+		// TestTwoPodsEBPFAndMutualTLS).
+		args := []string{"-config", cfgPath, "-redirect", "ebpf", "-watch", "0", "-log-level", "error", "-proxy-uid", "0"}
 		if os.Getenv("MESHLET_E2E_ACCELERATE") == "1" {
 			args = append(args, "-accelerate")
 		}

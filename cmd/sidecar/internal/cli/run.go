@@ -2,22 +2,26 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshlet-dev/meshlet/bpf"
 	"github.com/meshlet-dev/meshlet/dataplane"
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/discovery"
 	sidecarexample "github.com/meshlet-dev/meshlet/examples/sidecar"
+	"github.com/meshlet-dev/meshlet/sds"
 )
 
 // run is `sidecar run`: the data plane from a static config file, reloaded
@@ -41,6 +45,16 @@ func run(args []string, out io.Writer) error {
 	sdsCA := fs.String("sds-ca", "", "PEM root of the SDS server's TLS certificate (default: -xds-ca)")
 	sdsToken := fs.String("sds-token", "", "file with the ServiceAccount token sent to the SDS server (default: -xds-token)")
 	identityFlag := fs.String("identity", "", "SPIFFE ID the sidecar requests by CSR (default with -pod: spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT; none with a unix -sds: the server delivers key and ID)")
+	defaultUID := bpf.DefaultProxyUID
+	if v := os.Getenv("MESHLET_PROXY_UID"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("run: MESHLET_PROXY_UID %q: want 0 (stay root) or a uid", v)
+		}
+		defaultUID = n
+	}
+	proxyUID := fs.Int("proxy-uid", defaultUID,
+		"with -redirect=ebpf: once the redirect is attached and the listeners registered, the sidecar switches to this uid and gid and drops every capability (default: MESHLET_PROXY_UID, else 1337); 0 stays root")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -53,6 +67,9 @@ func run(args []string, out io.Writer) error {
 	case "none", "ebpf":
 	default:
 		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirectMode)
+	}
+	if *proxyUID < 0 || *proxyUID > 1<<31-2 {
+		return fmt.Errorf("run: -proxy-uid %d: want 0 (stay root) or a uid", *proxyUID)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
 	if *pod && *path != "" {
@@ -79,6 +96,7 @@ func run(args []string, out io.Writer) error {
 	defer cancel()
 	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != "" || *sdsAddr != ""}
 	gate := &readiness{}
+	var sdsClient *sds.Client
 	if *xdsAddr != "" {
 		gate.left++
 	}
@@ -101,7 +119,7 @@ func run(args []string, out io.Writer) error {
 				return err
 			}
 		}
-		if opts.Identity, _, err = startSDS(ctx, d, log); err != nil {
+		if opts.Identity, sdsClient, err = newSDS(d, log); err != nil {
 			return err
 		}
 	}
@@ -109,7 +127,7 @@ func run(args []string, out io.Writer) error {
 	if *redirectMode == "ebpf" {
 		// Attach before any listener exists and before readiness: the
 		// app's connects are captured from the first one.
-		if rd, err = setupRedirect(cfg, *podCgroup, *accelerate); err != nil {
+		if rd, err = setupRedirect(cfg, *podCgroup, *accelerate, *proxyUID); err != nil {
 			return err
 		}
 		defer rd.close()
@@ -138,6 +156,22 @@ func run(args []string, out io.Writer) error {
 			srv.Shutdown()
 			return err
 		}
+		// Everything that needed root is done: the programs are attached,
+		// the listeners bound and in the maps.
+		if *proxyUID > 0 && os.Geteuid() == 0 {
+			switch err := dropPrivileges(*proxyUID, *proxyUID, rd.probe); {
+			case err == nil:
+				log.Info("running unprivileged", "uid", *proxyUID, "gid", *proxyUID)
+			case errors.Is(err, errMapsNeedPrivilege):
+				log.Warn("staying root", "err", err)
+			default:
+				srv.Shutdown()
+				return fmt.Errorf("run: %w", err)
+			}
+		}
+	}
+	if sdsClient != nil {
+		go func() { _ = sdsClient.Run(ctx) }()
 	}
 	var xsrc *xdsSource
 	if *xdsAddr != "" {

@@ -1,0 +1,323 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster,
+// for the common request: one without a body. The request's own goroutine
+// writes the request and reads the response on a pooled connection, with
+// no other goroutine involved (net/http's Transport hands every request to
+// a writer and a reader goroutine per connection, a cost that showed in
+// the proxy benchmark). Requests with a body, whose upload may overlap the
+// response, go to fallback, a net/http Transport on the same dialer.
+//
+// Connections idle longer than the cluster's idle timeout (kept shorter
+// than the upstream's, the UC race) are closed, at reuse and by a sweep.
+// A reused connection that fails before any byte of the response arrives
+// (the upstream closed it while idle) is retried once on a new one for
+// idempotent methods, as net/http does; other methods first check that
+// the idle connection has not been closed.
+type h1Pool struct {
+	w           *worker
+	c           *cluster
+	fallback    *http.Transport
+	idleTimeout time.Duration
+
+	mu     sync.Mutex
+	idle   map[string][]*h1Conn // by upstream address, most recent last
+	sweep  *time.Timer
+	closed bool
+}
+
+// maxIdlePerHost matches the fallback Transport's MaxIdleConnsPerHost.
+const maxIdlePerHost = 1024
+
+type h1Conn struct {
+	addr      string
+	conn      net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
+	reused    bool
+}
+
+func newH1Pool(w *worker, c *cluster, fallback *http.Transport) *h1Pool {
+	return &h1Pool{w: w, c: c, fallback: fallback, idleTimeout: idleTimeout(c), idle: map[string][]*h1Conn{}}
+}
+
+// aLongTimeAgo is a deadline that aborts blocked reads and writes now.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// RoundTrip implements http.RoundTripper.
+func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if (req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0) || req.Header.Get("Expect") != "" {
+		return p.fallback.RoundTrip(req)
+	}
+	addr := req.URL.Host
+	idempotent := isIdempotent(req.Method)
+	for attempt := 0; ; attempt++ {
+		pc, err := p.get(req.Context(), addr, !idempotent)
+		if err != nil {
+			return nil, err
+		}
+		resp, nothingRead, err := p.roundTrip(pc, req)
+		if err == nil {
+			return resp, nil
+		}
+		if attempt == 0 && pc.reused && nothingRead && idempotent && req.Context().Err() == nil {
+			continue // closed by the upstream while idle
+		}
+		return nil, err
+	}
+}
+
+func isIdempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// get takes an idle connection to addr, or dials one. check makes sure an
+// idle connection is still open (one read attempt that must not block).
+func (p *h1Pool) get(ctx context.Context, addr string, check bool) (*h1Conn, error) {
+	now := time.Now()
+	for {
+		p.mu.Lock()
+		list := p.idle[addr]
+		var pc *h1Conn
+		if n := len(list); n > 0 {
+			pc = list[n-1]
+			list[n-1] = nil
+			p.idle[addr] = list[:n-1]
+		}
+		p.mu.Unlock()
+		if pc == nil {
+			break
+		}
+		if now.Sub(pc.idleSince) >= p.idleTimeout || (check && !pc.open()) {
+			pc.conn.Close()
+			continue
+		}
+		pc.reused = true
+		return pc, nil
+	}
+	conn, err := p.w.dial(ctx, p.c, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &h1Conn{addr: addr, conn: conn, br: bufio.NewReaderSize(conn, 4<<10), bw: bufio.NewWriterSize(conn, 4<<10)}, nil
+}
+
+// open reports whether an idle connection is still usable: nothing to read
+// (an idle HTTP/1.1 connection has nothing to say) and no end of stream. It
+// peeks without blocking (MSG_PEEK | MSG_DONTWAIT): a read deadline in the
+// past would return before trying.
+func (pc *h1Conn) open() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	conn := pc.conn
+	if cc, ok := conn.(*countedConn); ok {
+		conn = cc.Conn
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	var b [1]byte
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		alive = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
+		return true // never wait
+	}); err != nil {
+		return false
+	}
+	return alive
+}
+
+// roundTrip sends req on pc and reads the response head. nothingRead
+// reports a failure before any byte of the response.
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, nothingRead bool, err error) {
+	// A cancelled context (client gone, route or per-try timeout) aborts
+	// the exchange, also while the body is read.
+	stop := context.AfterFunc(req.Context(), func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+	fail := func(err error, nothing bool) (*http.Response, bool, error) {
+		stop()
+		pc.conn.Close()
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			err = fmt.Errorf("%w (%w)", err, ctxErr)
+		}
+		return nil, nothing, err
+	}
+	if err := req.Write(pc.bw); err != nil {
+		return fail(err, true)
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return fail(err, true)
+	}
+	for {
+		if _, err := pc.br.Peek(1); err != nil {
+			return fail(err, true)
+		}
+		resp, err = http.ReadResponse(pc.br, req)
+		if err != nil {
+			return fail(err, false)
+		}
+		// 1xx but 101 are informational (103 Early Hints): the final
+		// response follows.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		break
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The connection is the upgraded stream's now; ReverseProxy
+		// closes it when the request context ends.
+		stop()
+		resp.Body = &h1Upgraded{pc: pc}
+		return resp, false, nil
+	}
+	keep := !resp.Close && !req.Close
+	if resp.Body == http.NoBody || resp.ContentLength == 0 && len(resp.TransferEncoding) == 0 {
+		resp.Body = http.NoBody
+		p.finish(pc, stop, keep)
+		return resp, false, nil
+	}
+	resp.Body = &h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep}
+	return resp, false, nil
+}
+
+// finish returns pc to the pool if the exchange ended cleanly (keep) and
+// its context watch could be stopped before it fired; else closes it.
+func (p *h1Pool) finish(pc *h1Conn, stop func() bool, keep bool) {
+	if !stop() || !keep {
+		pc.conn.Close()
+		return
+	}
+	pc.idleSince = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle[pc.addr]) >= maxIdlePerHost {
+		p.mu.Unlock()
+		pc.conn.Close()
+		return
+	}
+	p.idle[pc.addr] = append(p.idle[pc.addr], pc)
+	if p.sweep == nil {
+		p.sweep = time.AfterFunc(p.idleTimeout, p.sweepIdle)
+	}
+	p.mu.Unlock()
+}
+
+// sweepIdle closes connections idle for the idle timeout; it re-arms while
+// any remain.
+func (p *h1Pool) sweepIdle() {
+	now := time.Now()
+	var expired []*h1Conn
+	p.mu.Lock()
+	next := time.Duration(0)
+	for addr, list := range p.idle {
+		keep := list[:0]
+		for _, pc := range list {
+			if age := now.Sub(pc.idleSince); age >= p.idleTimeout {
+				expired = append(expired, pc)
+			} else {
+				keep = append(keep, pc)
+				if left := p.idleTimeout - age; next == 0 || left < next {
+					next = left
+				}
+			}
+		}
+		clear(list[len(keep):])
+		if len(keep) == 0 {
+			delete(p.idle, addr)
+		} else {
+			p.idle[addr] = keep
+		}
+	}
+	if next > 0 && !p.closed {
+		p.sweep = time.AfterFunc(next, p.sweepIdle)
+	} else {
+		p.sweep = nil
+	}
+	p.mu.Unlock()
+	for _, pc := range expired {
+		pc.conn.Close()
+	}
+}
+
+// CloseIdleConnections closes the idle connections of both pools.
+func (p *h1Pool) CloseIdleConnections() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = map[string][]*h1Conn{}
+	p.mu.Unlock()
+	for _, list := range idle {
+		for _, pc := range list {
+			pc.conn.Close()
+		}
+	}
+	p.fallback.CloseIdleConnections()
+}
+
+// h1Body is a pooled response body: at its end the connection goes back to
+// the pool; closed early, the connection is closed.
+type h1Body struct {
+	p    *h1Pool
+	pc   *h1Conn
+	body io.ReadCloser
+	stop func() bool
+	keep bool
+	done bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	switch {
+	case err == io.EOF:
+		b.done = true
+		b.p.finish(b.pc, b.stop, b.keep)
+	case err != nil:
+		b.done = true
+		b.stop()
+		b.pc.conn.Close()
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.done = true
+		b.stop()
+		b.pc.conn.Close()
+	}
+	return nil
+}
+
+// h1Upgraded is the body of a 101 response: the raw connection, read
+// through what the response reader had buffered.
+type h1Upgraded struct{ pc *h1Conn }
+
+func (u *h1Upgraded) Read(p []byte) (int, error)  { return u.pc.br.Read(p) }
+func (u *h1Upgraded) Write(p []byte) (int, error) { return u.pc.conn.Write(p) }
+func (u *h1Upgraded) Close() error                { return u.pc.conn.Close() }

@@ -1,0 +1,146 @@
+package dataplane
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawUpstream answers each request read on a connection with reply(n),
+// n counting requests over all connections, and closes the connection
+// after it when closeAfter is true (without saying so in the response,
+// like an upstream whose idle timeout fires right after answering). It
+// counts connections and reports each close in closed.
+func rawUpstream(t *testing.T, reply func(n int64) string, closeAfter bool) (addr string, conns *atomic.Int64, closed chan struct{}) {
+	conns, closed = &atomic.Int64{}, make(chan struct{}, 100)
+	var reqs atomic.Int64
+	addr = serveTCP(t, "127.0.0.12", func(c net.Conn) {
+		conns.Add(1)
+		defer func() { closed <- struct{}{} }()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(c, reply(reqs.Add(1))); err != nil || closeAfter {
+				return
+			}
+		}
+	})
+	return addr, conns, closed
+}
+
+func okReply(int64) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" }
+
+// Sequential requests share one upstream connection.
+func TestH1PoolReusesConnections(t *testing.T) {
+	addr, conns, _ := rawUpstream(t, okReply, false)
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	client := &http.Client{Transport: &http.Transport{}}
+	for i := 0; i < 20; i++ {
+		if code, body, _ := get(t, client, s, "/reuse"); code != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i, code, body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 sequential requests used %d upstream connections, want 1", n)
+	}
+	if n := stat(t, s, "cluster.echo.upstream_cx_total"); n != 1 {
+		t.Errorf("upstream_cx_total = %d, want 1", n)
+	}
+}
+
+// An upstream that closes each connection after its response: the pooled
+// connection is found closed, and the next request goes on a new one with
+// no failure (GET: retried after the failed write or read; POST without a
+// body: the idle connection is checked before use).
+func TestH1PoolUpstreamClosedIdleConnection(t *testing.T) {
+	addr, conns, closed := rawUpstream(t, okReply, true)
+	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	client := &http.Client{Transport: &http.Transport{}}
+	send := func(method string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, proxyURL(s)+"/"+strings.ToLower(method), nil)
+		req.Host = "echo"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("%s: %d %q", method, resp.StatusCode, b)
+		}
+		<-closed // the upstream has closed this connection
+	}
+	send("GET")
+	send("GET")
+	send("POST")
+	send("GET")
+	if n := conns.Load(); n != 4 {
+		t.Errorf("upstream connections %d, want 4 (one per request)", n)
+	}
+	for _, l := range logs.lines() {
+		if strings.Contains(l, " UC ") || strings.Contains(l, " 503 ") {
+			t.Errorf("a request failed on a connection the upstream had closed: %s", l)
+		}
+	}
+}
+
+// A connection idle for the cluster's idle timeout is closed by the proxy.
+func TestH1PoolIdleTimeout(t *testing.T) {
+	addr, _, closed := rawUpstream(t, okReply, false)
+	c := testCluster("echo", endpoint(addr, "a"))
+	c.IdleTimeout = 200 * time.Millisecond
+	s, _ := startServer(t, testConfig(noRetry, c))
+	start := time.Now()
+	if code, _, _ := get(t, &http.Client{Transport: &http.Transport{}}, s, "/idle"); code != 200 {
+		t.Fatalf("got %d", code)
+	}
+	select {
+	case <-closed:
+		if d := time.Since(start); d < 200*time.Millisecond {
+			t.Errorf("closed after %v, before the idle timeout", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle upstream connection was not closed")
+	}
+	if n := stat(t, s, "cluster.echo.upstream_cx_active"); n != 0 {
+		t.Errorf("upstream_cx_active = %d after the idle close", n)
+	}
+}
+
+// Informational responses (103 Early Hints) are skipped; chunked bodies
+// and their trailers reach the client; the connection is reused after.
+func TestH1PoolEarlyHintsAndTrailers(t *testing.T) {
+	addr, conns, _ := rawUpstream(t, func(n int64) string {
+		return "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n" +
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n" +
+			"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: 42\r\n\r\n"
+	}, false)
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	client := &http.Client{Transport: &http.Transport{}}
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/chunked", nil)
+		req.Host = "echo"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "hello world" || resp.Trailer.Get("X-Checksum") != "42" {
+			t.Fatalf("got %d %q trailer %v", resp.StatusCode, b, resp.Trailer)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("upstream connections %d, want 1", n)
+	}
+}
