@@ -43,6 +43,9 @@ const (
 	// MTLSModeAnnotation sets the pod's inbound mTLS mode: "STRICT" or
 	// "PERMISSIVE" (the default, as Istio's PeerAuthentication).
 	MTLSModeAnnotation = "meshlet.io/mtls-mode"
+	// ConcurrencyAnnotation sets the sidecar's worker count (Istio's
+	// proxy.istio.io/config concurrency); "0" means one per usable CPU.
+	ConcurrencyAnnotation = "meshlet.io/concurrency"
 	// RewriteProbesAnnotation "false" keeps the app's probes as they are.
 	RewriteProbesAnnotation = "meshlet.io/rewrite-app-probes"
 )
@@ -62,6 +65,8 @@ const (
 	AppHealthPrefix  = "/app-health/"
 	DefaultRootCACM  = "meshlet-root-ca"
 	DefaultProxyUID  = 1337
+	// DefaultConcurrency is the sidecar's default worker count (Istio's).
+	DefaultConcurrency = 2
 	DefaultImage     = "ghcr.io/meshlet-dev/sidecar:latest"
 	nativeMinorFirst = 29 // native sidecars: Kubernetes 1.29+
 )
@@ -89,6 +94,10 @@ type Config struct {
 	ServerMinor int
 	// DrainSeconds is how long the sidecar drains on stop.
 	DrainSeconds int64
+	// Concurrency is the sidecar's worker count at most (MESHLET_CONCURRENCY;
+	// a CPU limit lowers it further); 0 means one per usable CPU, which
+	// without a CPU limit is every CPU of the node. Default 2, Istio's.
+	Concurrency int
 }
 
 // DefaultConfig returns the injector defaults.
@@ -96,7 +105,7 @@ func DefaultConfig() Config {
 	return Config{
 		Image: DefaultImage, ImagePullPolicy: corev1.PullIfNotPresent, ProxyUID: DefaultProxyUID,
 		RootCAConfigMap: DefaultRootCACM, ControlPlane: "meshlet-injector.meshlet-system.svc:15012", TrustDomain: "cluster.local",
-		DrainSeconds: 5,
+		DrainSeconds: 5, Concurrency: DefaultConcurrency,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
@@ -111,6 +120,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("webhook: config image: empty")
 	case c.ProxyUID <= 0:
 		return fmt.Errorf("webhook: config proxy_uid: %d must be > 0", c.ProxyUID)
+	case c.Concurrency < 0:
+		return fmt.Errorf("webhook: config concurrency: %d must be >= 0", c.Concurrency)
 	case c.RootCAConfigMap == "":
 		return fmt.Errorf("webhook: config root_ca_configmap: empty")
 	case strings.TrimSpace(c.TrustDomain) == "":

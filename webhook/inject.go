@@ -167,6 +167,14 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		}
 		env = append(env, corev1.EnvVar{Name: "MESHLET_ACCELERATE", Value: v})
 	}
+	concurrency := strconv.Itoa(cfg.Concurrency)
+	if v, ok := pod.Annotations[ConcurrencyAnnotation]; ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err != nil || n < 0 || n > 1024 {
+			return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q (want a worker count from 0, one per CPU, to 1024)", ConcurrencyAnnotation, v)
+		}
+		concurrency = strings.TrimSpace(v)
+	}
+	env = append(env, corev1.EnvVar{Name: "MESHLET_CONCURRENCY", Value: concurrency})
 	if v, ok := pod.Annotations[MTLSModeAnnotation]; ok {
 		m := strings.ToUpper(strings.TrimSpace(v))
 		if m != "STRICT" && m != "PERMISSIVE" {

@@ -159,7 +159,8 @@ func TestInjectClassicAndIdempotent(t *testing.T) {
 
 func TestInjectAnnotationErrors(t *testing.T) {
 	for ann, v := range map[string]string{ModeAnnotation: "sideways", CPURequestAnnotation: "lots",
-		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar", MTLSModeAnnotation: "DISABLE", AccelerateAnnotation: "yes"} {
+		ExcludeOutboundPortsAnnotation: "80,http", ExcludeOutboundCIDRsAnnotation: "foo/bar", MTLSModeAnnotation: "DISABLE", AccelerateAnnotation: "yes",
+		ConcurrencyAnnotation: "-1"} {
 		p := appPod()
 		p.Annotations = map[string]string{ann: v}
 		if _, err := Inject(p, DefaultConfig()); err == nil || !strings.Contains(err.Error(), ann) {
@@ -173,7 +174,7 @@ func TestInjectAnnotationErrors(t *testing.T) {
 	}
 	p = appPod()
 	p.Annotations = map[string]string{ExcludeOutboundPortsAnnotation: "3306, 5432", ImageAnnotation: "my/proxy:2", MemoryLimitAnnotation: "1Gi",
-		MTLSModeAnnotation: "strict", AccelerateAnnotation: "true"}
+		MTLSModeAnnotation: "strict", AccelerateAnnotation: "true", ConcurrencyAnnotation: "4"}
 	out, err := Inject(p, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +186,23 @@ func TestInjectAnnotationErrors(t *testing.T) {
 	}
 	if env["MESHLET_MTLS_MODE"] != "STRICT" || env["MESHLET_TRUST_DOMAIN"] != "cluster.local" || env["MESHLET_ACCELERATE"] != "true" {
 		t.Errorf("mTLS env: %v", env)
+	}
+	if env["MESHLET_CONCURRENCY"] != "4" {
+		t.Errorf("concurrency annotation 4: MESHLET_CONCURRENCY %q", env["MESHLET_CONCURRENCY"])
+	}
+	// Without the annotation: the injector's default, Istio's 2.
+	def, err := Inject(appPod(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := "(unset)"
+	for _, e := range def.Spec.InitContainers[0].Env {
+		if e.Name == "MESHLET_CONCURRENCY" {
+			got = e.Value
+		}
+	}
+	if got != "2" {
+		t.Errorf("default MESHLET_CONCURRENCY %s, want 2", got)
 	}
 	if args := strings.Join(proxy.Args, " "); !strings.Contains(args, "--sds=$(MESHLET_CONTROL_PLANE)") {
 		t.Errorf("args %s lack --sds", args)

@@ -82,6 +82,7 @@ func serve(args []string) error {
 	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain")
 	fs.DurationVar(&opts.CertTTL, "workload-cert-ttl", opts.CertTTL, "lifetime of workload certificates (0: 24h)")
 	fs.StringVar(&opts.Sidecar.Image, "image", opts.Sidecar.Image, "sidecar image to inject")
+	fs.IntVar(&opts.Sidecar.Concurrency, "concurrency", opts.Sidecar.Concurrency, "the sidecar's worker count at most (0: one per usable CPU); pods override it with the meshlet.io/concurrency annotation")
 	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "webhook HTTPS listen address")
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "SDS + xDS listen address")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "metrics listen address")

@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane"
 )
 
 func TestSimulateDefaultTableAndJSON(t *testing.T) {
@@ -198,5 +201,25 @@ func TestDrainAndWaitHooks(t *testing.T) {
 	dead.Close()
 	if err := Main([]string{"wait", "-health", addr, "-timeout", "300ms"}, &out); err == nil {
 		t.Error("wait succeeded against nothing")
+	}
+}
+
+// limitConcurrency lowers the runtime's processors (and so the workers),
+// never raises them, and 0 keeps the default.
+func TestLimitConcurrency(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(prev)
+	runtime.GOMAXPROCS(4)
+	limitConcurrency(0)
+	if n := runtime.GOMAXPROCS(0); n != 4 {
+		t.Errorf("0: GOMAXPROCS %d, want 4 kept", n)
+	}
+	limitConcurrency(8)
+	if n := runtime.GOMAXPROCS(0); n != 4 {
+		t.Errorf("8 over a default of 4: GOMAXPROCS %d, want 4 (a CPU limit is not raised)", n)
+	}
+	limitConcurrency(2)
+	if n, w := runtime.GOMAXPROCS(0), dataplane.Workers(); n != 2 || w != 2 {
+		t.Errorf("2: GOMAXPROCS %d, workers %d, want 2", n, w)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +56,16 @@ func run(args []string, out io.Writer) error {
 	}
 	proxyUID := fs.Int("proxy-uid", defaultUID,
 		"with -redirect=ebpf: once the redirect is attached and the listeners registered, the sidecar switches to this uid and gid and drops every capability (default: MESHLET_PROXY_UID, else 1337); 0 stays root")
+	defaultConcurrency := 0
+	if v := os.Getenv("MESHLET_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("run: MESHLET_CONCURRENCY %q: want a worker count (0: one per usable CPU)", v)
+		}
+		defaultConcurrency = n
+	}
+	concurrency := fs.Int("concurrency", defaultConcurrency,
+		"workers at most, one per usable CPU below that (default: MESHLET_CONCURRENCY, which the injector sets to 2; 0: one per usable CPU)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -71,6 +82,10 @@ func run(args []string, out io.Writer) error {
 	if *proxyUID < 0 || *proxyUID > 1<<31-2 {
 		return fmt.Errorf("run: -proxy-uid %d: want 0 (stay root) or a uid", *proxyUID)
 	}
+	if *concurrency < 0 {
+		return fmt.Errorf("run: -concurrency %d: want a worker count (0: one per usable CPU)", *concurrency)
+	}
+	limitConcurrency(*concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
 	if *pod && *path != "" {
 		return fmt.Errorf("run: -pod and -config are exclusive")
@@ -238,6 +253,18 @@ func run(args []string, out io.Writer) error {
 		case <-srv.Done():
 			return nil
 		}
+	}
+}
+
+// limitConcurrency caps the Go runtime's processors, and with them the
+// data plane's workers (dataplane.Workers), at n: a sidecar without a CPU
+// limit would otherwise run one worker per CPU of the node, and every idle
+// processor costs CPU time in the scheduler looking for work. The runtime's
+// default already follows a CPU limit and the affinity mask, so n only
+// lowers it; 0 keeps it.
+func limitConcurrency(n int) {
+	if n > 0 && n < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
 	}
 }
 
