@@ -52,23 +52,23 @@ const (
 
 // Names of what the injector adds.
 const (
-	ProxyContainer   = "meshlet-proxy"
-	TokenVolume      = "meshlet-token"
-	RootCAVolume     = "meshlet-root-ca"
-	CgroupVolume     = "meshlet-host-cgroup"
-	TokenAudience    = "meshlet"
-	TokenPath        = "/var/run/secrets/meshlet/tokens"
-	RootCAPath       = "/var/run/secrets/meshlet/root-ca"
-	HostCgroupPath   = "/host/sys/fs/cgroup"
-	ProbersEnv       = "MESHLET_APP_PROBERS"
-	HealthPort       = 15021
-	AppHealthPrefix  = "/app-health/"
-	DefaultRootCACM  = "meshlet-root-ca"
-	DefaultProxyUID  = 1337
+	ProxyContainer  = "meshlet-proxy"
+	TokenVolume     = "meshlet-token"
+	RootCAVolume    = "meshlet-root-ca"
+	CgroupVolume    = "meshlet-host-cgroup"
+	TokenAudience   = "meshlet"
+	TokenPath       = "/var/run/secrets/meshlet/tokens"
+	RootCAPath      = "/var/run/secrets/meshlet/root-ca"
+	HostCgroupPath  = "/host/sys/fs/cgroup"
+	ProbersEnv      = "MESHLET_APP_PROBERS"
+	HealthPort      = 15021
+	AppHealthPrefix = "/app-health/"
+	DefaultRootCACM = "meshlet-root-ca"
+	DefaultProxyUID = 1337
 	// DefaultConcurrency is the sidecar's default worker count (Istio's).
 	DefaultConcurrency = 2
-	DefaultImage     = "ghcr.io/meshlet-dev/sidecar:latest"
-	nativeMinorFirst = 29 // native sidecars: Kubernetes 1.29+
+	DefaultImage       = "ghcr.io/meshlet-dev/sidecar:latest"
+	nativeMinorFirst   = 29 // native sidecars: Kubernetes 1.29+
 )
 
 // systemNamespaces are never injected.
