@@ -24,13 +24,15 @@ vectors:
 	@$(GO) test -count=1 -run '^TestEnvoyVectors$$' -v ./lb/ | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
 
 # End-to-end tests against a real etcd + kube-apiserver + controller
-# manager and SPIRE, built from the module proxy by e2e/k8s-tools.sh and
-# e2e/spire-tools.sh (cached outside the clone; ~10 min each the first
-# time, built before the tests so their time does not count against the
-# test timeout).
+# manager, SPIRE, and real nodes (kubelet, kube-scheduler; containerd, runc
+# and CNI plugins from apt), built from the module proxy by
+# e2e/k8s-tools.sh, e2e/spire-tools.sh and e2e/node-tools.sh (cached outside
+# the clone; up to ~10 min each the first time, built before the tests so
+# their time does not count against the test timeout).
 e2e:
 	bash e2e/k8s-tools.sh >/dev/null
 	bash e2e/spire-tools.sh >/dev/null
+	bash e2e/node-tools.sh >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 30m ./e2e/
 
 # meshlet's main job, live, on its embedded default config.

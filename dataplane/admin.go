@@ -489,6 +489,21 @@ func desc(name string, labels []string) *prometheus.Desc {
 	return d.(*prometheus.Desc)
 }
 
+// serviceShortName is destination_service_name: the first label of a
+// Service host (name.namespace.svc...), "unknown" for an address (a client
+// that dialled an IP, or an original destination ip:port).
+func serviceShortName(service string) string {
+	host := service
+	if h, _, err := net.SplitHostPort(service); err == nil {
+		host = h
+	}
+	if host == "" || net.ParseIP(host) != nil {
+		return "unknown"
+	}
+	name, _, _ := strings.Cut(host, ".")
+	return name
+}
+
 var requestLabels = []string{"reporter", "source_workload", "source_principal", "destination_principal", "destination_service",
 	"destination_service_name", "upstream_cluster", "request_protocol", "response_code", "response_flags", "connection_security_policy"}
 
@@ -525,7 +540,7 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 		workload = "unknown"
 	}
 	for k, a := range sums {
-		svcName, _, _ := strings.Cut(k.service, ".")
+		svcName := serviceShortName(k.service)
 		vals := []string{k.reporter, workload, orUnknown(k.sourcePrincipal), orUnknown(k.destPrincipal), k.service, svcName, k.cluster,
 			k.protocol, strconv.Itoa(k.code), k.flags.Short(), orUnknown(k.security)}
 		ch <- prometheus.MustNewConstMetric(total, prometheus.CounterValue, float64(a.count), vals...)

@@ -322,3 +322,13 @@ func TestAdminConfigDumpAndLogging(t *testing.T) {
 		t.Error("/stats filter")
 	}
 }
+
+// destination_service_name names a Service only when the host is a name.
+func TestServiceShortName(t *testing.T) {
+	for in, want := range map[string]string{"echo": "echo", "echo.shop.svc.cluster.local": "echo", "echo.shop:8080": "echo",
+		"10.0.0.249": "unknown", "10.0.0.249:80": "unknown", "[fd00::1]:80": "unknown", "": "unknown"} {
+		if got := serviceShortName(in); got != want {
+			t.Errorf("serviceShortName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

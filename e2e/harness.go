@@ -2,9 +2,12 @@
 
 // Package e2e holds meshlet's end-to-end tests against a real Kubernetes
 // control plane: etcd, kube-apiserver and kube-controller-manager built
-// from the Go module proxy by e2e/k8s-tools.sh and run on 127.0.0.1. There
-// are no kubelets: pods are bound to zone-labelled Node objects and their
-// status is patched, and the real EndpointSlice controller does the rest.
+// from the Go module proxy by e2e/k8s-tools.sh and run on 127.0.0.1. Most
+// tests have no kubelets: pods are bound to zone-labelled Node objects and
+// their status is patched, and the real EndpointSlice controller does the
+// rest. TestRealNodesMesh runs real nodes (StartNodes: kubelets,
+// containerd, runc and CNI bridges on this machine, e2e/node-tools.sh)
+// with real pods and injected sidecars.
 package e2e
 
 import (
@@ -43,6 +46,16 @@ type Cluster struct {
 	caKey      *ecdsa.PrivateKey
 	procs      []*exec.Cmd
 	logs       map[string]*bytes.Buffer
+	nodes      bool
+}
+
+// ClusterOptions change what StartClusterWith starts.
+type ClusterOptions struct {
+	// Nodes prepares the control plane for real kubelets (StartNodes): the
+	// node lifecycle controller (it lifts the not-ready taint) and pod
+	// garbage collection, and kubelets reached by their InternalIP.
+	// Without it Node objects are plain records the tests patch.
+	Nodes bool
 }
 
 // freePort returns a loopback port nothing listens on.
@@ -72,7 +85,18 @@ func k8sBin(t testing.TB) string {
 // waits until the default ServiceAccount exists (pods are refused before).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}}
+	return StartClusterWith(t, ClusterOptions{})
+}
+
+// StartClusterWith is StartCluster with options.
+func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}, nodes: o.Nodes}
+	apiExtra, controllers := []string{}, ""
+	if o.Nodes {
+		apiExtra = append(apiExtra, "--kubelet-preferred-address-types=InternalIP")
+		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller"
+	}
 	t.Cleanup(c.stop)
 	c.pki(t)
 	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
@@ -81,18 +105,18 @@ func StartCluster(t testing.TB) *Cluster {
 		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peerPort), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peerPort),
 		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", peerPort), "--unsafe-no-fsync=true", "--log-level=warn")
 	p := func(n string) string { return filepath.Join(c.Dir, n) }
-	c.start(t, "kube-apiserver", "--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
+	c.start(t, "kube-apiserver", append([]string{"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
 		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
-		"--tls-cert-file="+p("apiserver.crt"), "--tls-private-key-file="+p("apiserver.key"), "--client-ca-file="+p("ca.crt"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local", "--service-account-key-file="+p("sa.pub"),
-		"--service-account-signing-key-file="+p("sa.key"), "--service-cluster-ip-range=10.0.0.0/24",
+		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"), "--client-ca-file=" + p("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local", "--service-account-key-file=" + p("sa.pub"),
+		"--service-account-signing-key-file=" + p("sa.key"), "--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-		"--allow-privileged=true", "--cert-dir="+p("apiserver-certs"))
+		"--allow-privileged=true", "--cert-dir=" + p("apiserver-certs")}, apiExtra...)...)
 	c.writeKubeconfig(t, apiPort)
 	c.waitAPI(t)
 	c.start(t, "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--use-service-account-credentials=true",
 		"--service-account-private-key-file="+p("sa.key"), "--root-ca-file="+p("ca.crt"), "--bind-address=127.0.0.1", "--secure-port=0",
-		"--controllers=endpointslice-controller,endpointslice-mirroring-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller,deployment-controller,replicaset-controller,root-ca-certificate-publisher-controller")
+		"--controllers=endpointslice-controller,endpointslice-mirroring-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,garbage-collector-controller,deployment-controller,replicaset-controller,root-ca-certificate-publisher-controller"+controllers)
 	c.waitDefaultSA(t, "default")
 	return c
 }

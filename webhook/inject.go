@@ -202,11 +202,12 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 			{Name: RootCAVolume, MountPath: RootCAPath, ReadOnly: true},
 			{Name: CgroupVolume, MountPath: HostCgroupPath, ReadOnly: true},
 		},
-		// The sidecar starts as root with every capability dropped but two:
-		// BPF (load programs and maps) and NET_ADMIN (attach the cgroup
-		// sock and sk_lookup programs). Once the programs are attached and
-		// its listeners registered it switches to ProxyUID:ProxyUID, which
-		// empties its capability sets (and no_new_privs keeps them empty):
+		// The sidecar starts as root with every capability dropped but
+		// four: BPF (load programs and maps), NET_ADMIN (attach the cgroup
+		// sock and sk_lookup programs), SETUID and SETGID (switch to
+		// ProxyUID). Once the programs are attached and its listeners
+		// registered it switches to ProxyUID:ProxyUID, which empties its
+		// capability sets, these four included (and no_new_privs keeps them empty):
 		// it serves traffic as uid 1337 with no capability, like Istio's
 		// proxy. It cannot start as 1337: Kubernetes gives a non-root
 		// container's process no capabilities (no ambient set) unless its
@@ -215,7 +216,7 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		// redirect by its cgroup and by that uid.
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser: &root, RunAsNonRoot: ptr(false), AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN"}},
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN", "SETUID", "SETGID"}},
 		},
 		ReadinessProbe: healthProbe(),
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{

@@ -78,7 +78,7 @@ func TestInjectNativeSidecar(t *testing.T) {
 		t.Error("no draining preStop")
 	}
 	caps := proxy.SecurityContext.Capabilities
-	if !reflect.DeepEqual(caps.Drop, []corev1.Capability{"ALL"}) || !reflect.DeepEqual(caps.Add, []corev1.Capability{"BPF", "NET_ADMIN"}) {
+	if !reflect.DeepEqual(caps.Drop, []corev1.Capability{"ALL"}) || !reflect.DeepEqual(caps.Add, []corev1.Capability{"BPF", "NET_ADMIN", "SETUID", "SETGID"}) {
 		t.Errorf("capabilities %+v", caps)
 	}
 	env := map[string]corev1.EnvVar{}

@@ -6,14 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
-// maxPodCgroupDepth bounds the search below the host cgroup root: the
-// kubelet puts pods at most three levels down (kubepods.slice /
+// maxPodCgroupDepth bounds the search below the host cgroup v2 root: the
+// kubelet puts pods three levels down (kubepods.slice /
 // kubepods-<qos>.slice / kubepods-<qos>-pod<uid>.slice with the systemd
 // driver, kubepods/<qos>/pod<uid> with cgroupfs; Guaranteed pods sit one
-// level higher).
-const maxPodCgroupDepth = 4
+// level higher), below its cgroupRoot if it has one (one or two levels).
+const maxPodCgroupDepth = 5
 
 // findPodCgroup returns the cgroup v2 directory of the pod with uid under
 // hostRoot, the node's cgroup hierarchy as mounted into the sidecar. The
@@ -23,6 +25,7 @@ func findPodCgroup(hostRoot, uid string) (string, error) {
 	if uid == "" {
 		return "", fmt.Errorf("pod cgroup: POD_UID is empty")
 	}
+	hostRoot = cgroup2Root(hostRoot)
 	want := map[string]bool{"pod" + uid: true, "pod" + strings.ReplaceAll(uid, "-", "_"): true}
 	var found []string
 	err := filepath.WalkDir(hostRoot, func(path string, d fs.DirEntry, err error) error {
@@ -59,6 +62,22 @@ func findPodCgroup(hostRoot, uid string) (string, error) {
 		return found[0], nil
 	}
 	return "", fmt.Errorf("pod cgroup: pod %s matches several cgroups under %s: %s", uid, hostRoot, strings.Join(found, ", "))
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is in the node's cgroup
+// mount: the mount itself on a v2 host, its unified/ submount on a hybrid
+// one (v1 controllers beside a v2 mount, whose v1 trees repeat the pod
+// directories but cannot take the programs). A directory that is neither
+// (a test layout) is searched as it is.
+func cgroup2Root(hostRoot string) string {
+	isV2 := func(p string) bool {
+		var fs unix.Statfs_t
+		return unix.Statfs(p, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC
+	}
+	if !isV2(hostRoot) && isV2(filepath.Join(hostRoot, "unified")) {
+		return filepath.Join(hostRoot, "unified")
+	}
+	return hostRoot
 }
 
 // podCgroupFromEnv resolves the pod cgroup as the injected sidecar sees

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // mkdirs makes the directories under root: the kubelet's cgroup layouts
@@ -44,6 +47,13 @@ func TestFindPodCgroup(t *testing.T) {
 	if _, err := findPodCgroup(cgroupfs, ""); err == nil || !strings.Contains(err.Error(), "POD_UID") {
 		t.Errorf("empty uid: err = %v", err)
 	}
+	// A kubelet cgroupRoot (here /e2e-node-a) puts pods one level deeper.
+	rooted := t.TempDir()
+	mkdirs(t, rooted, "e2e-node-a/kubepods/besteffort/pod"+uid+"/abc")
+	got, err = findPodCgroup(rooted, uid)
+	if want := filepath.Join(rooted, "e2e-node-a/kubepods/besteffort/pod"+uid); err != nil || got != want {
+		t.Errorf("cgroupRoot layout: %q, %v; want %q", got, err, want)
+	}
 	deep := t.TempDir()
 	mkdirs(t, deep, "a/b/c/d/e/pod"+uid)
 	if _, err := findPodCgroup(deep, uid); err == nil {
@@ -78,5 +88,43 @@ func TestPodCgroupFromEnv(t *testing.T) {
 	}
 	if got, err := podCgroupFromEnv(func(string) string { return "" }); err != nil || got != "" {
 		t.Errorf("outside a pod: %q, %v (want fallback)", got, err)
+	}
+}
+
+// The node's real /sys/fs/cgroup: on a v2 host the pod directory is
+// right there; on a hybrid host (this machine) the v1 controller trees
+// repeat every pod directory and the v2 hierarchy is at unified/, and the
+// search must return the v2 one. A pod directory is made in the real
+// hierarchy (and, on a hybrid host, in a v1 controller too).
+func TestFindPodCgroupOnThisHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes cgroups: it needs root (CI runs as root)")
+	}
+	isV2 := func(p string) bool {
+		var fs unix.Statfs_t
+		return unix.Statfs(p, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC
+	}
+	uid := fmt.Sprintf("meshlet-test-%d", os.Getpid())
+	var want string
+	dirs := []string{}
+	switch {
+	case isV2("/sys/fs/cgroup"):
+		want = filepath.Join("/sys/fs/cgroup", "pod"+uid)
+		dirs = append(dirs, want)
+	case isV2("/sys/fs/cgroup/unified"):
+		want = filepath.Join("/sys/fs/cgroup/unified", "pod"+uid)
+		dirs = append(dirs, want, filepath.Join("/sys/fs/cgroup/pids", "pod"+uid))
+	default:
+		t.Fatal("no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified")
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(d)
+	}
+	got, err := findPodCgroup("/sys/fs/cgroup", uid)
+	if err != nil || got != want {
+		t.Errorf("%q, %v; want %q", got, err, want)
 	}
 }

@@ -14,6 +14,11 @@ import (
 // let the unprivileged process use its eBPF maps: the process stays root.
 var errMapsNeedPrivilege = errors.New("the eBPF maps are not usable")
 
+// errNoSetuid is dropPrivileges' answer when the process may not change
+// its uid (no CAP_SETUID, e.g. a container that did not add it): the
+// process stays root.
+var errNoSetuid = errors.New("cannot change uid (CAP_SETUID and CAP_SETGID are needed)")
+
 // dropPrivileges switches every thread of the process to uid and gid
 // (Istio's proxy is 1337:1337) with no supplementary groups. Changing all
 // of a root thread's uids to non-zero values clears its permitted,
@@ -38,7 +43,9 @@ func dropPrivileges(uid, gid int, probe func() error) error {
 		return fmt.Errorf("privileges: running as uid %d, not root: nothing to drop", os.Geteuid())
 	}
 	if probe != nil {
-		if err := probeUnprivileged(uid, probe); err != nil {
+		if err := probeUnprivileged(uid, probe); errors.Is(err, errNoSetuid) {
+			return fmt.Errorf("privileges: %w", err)
+		} else if err != nil {
 			return fmt.Errorf("privileges: %w as uid %d (Linux before 6.5 needs CAP_BPF for them unless kernel.unprivileged_bpf_disabled=0; this is %s, unprivileged_bpf_disabled=%s): %w",
 				errMapsNeedPrivilege, uid, kernelRelease(), unprivilegedBPF(), err)
 		}
@@ -64,7 +71,7 @@ func probeUnprivileged(uid int, probe func() error) error {
 	runtime.LockOSThread()
 	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
 		runtime.UnlockOSThread()
-		return fmt.Errorf("seteuid(%d) on the probe thread: %w", uid, e)
+		return fmt.Errorf("%w: seteuid(%d) on the probe thread: %w", errNoSetuid, uid, e)
 	}
 	err := func() error {
 		// The probe means something only without capabilities.

@@ -177,7 +177,7 @@ func run(args []string, out io.Writer) error {
 			switch err := dropPrivileges(*proxyUID, *proxyUID, rd.probe); {
 			case err == nil:
 				log.Info("running unprivileged", "uid", *proxyUID, "gid", *proxyUID)
-			case errors.Is(err, errMapsNeedPrivilege):
+			case errors.Is(err, errMapsNeedPrivilege), errors.Is(err, errNoSetuid):
 				log.Warn("staying root", "err", err)
 			default:
 				srv.Shutdown()

@@ -1,0 +1,75 @@
+// Command echo is the e2e nodes' app image: an HTTP server on $LISTEN that
+// answers "pod=$POD_NAME zone=$ZONE from=<peer>" (and /healthz), and, with
+// $TARGETS (comma-separated URLs), a client that GETs each target once a
+// second on a new connection and serves the last results as JSON on
+// /peers. Built statically and packed into docker.io/local/echo:v1 by the
+// real-nodes tests.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// result is one GET of a target.
+type result struct {
+	Target string `json:"target"`
+	Code   int    `json:"code"`
+	Body   string `json:"body,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Time   string `json:"time"`
+}
+
+func main() {
+	listen := os.Getenv("LISTEN")
+	if listen == "" {
+		listen = ":8080"
+	}
+	var mu sync.Mutex
+	var results []result
+	total := map[string]int{}
+	if t := os.Getenv("TARGETS"); t != "" {
+		client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		go func() {
+			for range time.Tick(time.Second) {
+				for _, url := range strings.Split(t, ",") {
+					r := result{Target: url, Time: time.Now().UTC().Format(time.RFC3339Nano)}
+					resp, err := client.Get(url)
+					if err != nil {
+						r.Error = err.Error()
+					} else {
+						b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+						resp.Body.Close()
+						r.Code, r.Body = resp.StatusCode, strings.TrimSpace(string(b))
+					}
+					mu.Lock()
+					results = append(results, r)
+					if len(results) > 200 {
+						results = results[len(results)-200:]
+					}
+					total[fmt.Sprint(r.Code)]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/peers", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"results": results, "codes": total})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "pod=%s zone=%s from=%s\n", os.Getenv("POD_NAME"), os.Getenv("ZONE"), r.RemoteAddr)
+	})
+	log.Fatal(http.ListenAndServe(listen, mux))
+}

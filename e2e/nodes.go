@@ -1,0 +1,528 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Real nodes (see shared/reference/k8s-real-nodes.md): each node is a
+// containerd (Debian's 1.6, runc) and a kubelet v1.37 on this machine, with
+// its own root and state folders, CNI bridge and pod range, cgroup root,
+// node IP and zone label. Images are local tarballs imported with ctr; every
+// pod must say imagePullPolicy: Never, so nothing is ever pulled from off the
+// machine. Traffic stays on the machine: node IPs sit on a port-less bridge,
+// pods reach each other through the host's connected routes, the Service
+// range is a blackhole route, and two FORWARD rules drop anything leaving or
+// entering the pod ranges from elsewhere.
+
+// Node is one running kubelet and its containerd.
+type Node struct {
+	Name, Zone string
+	// IP is the node's InternalIP (on the nodes bridge).
+	IP string
+	// Subnet is the node's pod range; Bridge its CNI bridge.
+	Subnet, Bridge string
+	Dir, Socket    string
+	// CgroupRoot is the kubelet's cgroupRoot (pods are below it in every
+	// cgroup hierarchy).
+	CgroupRoot string
+	procs      []*exec.Cmd
+	done       []chan struct{}
+	names      []string
+}
+
+// ControlPlaneIP is the host address pods reach the injector's SDS / xDS
+// port on (a local address on the nodes bridge).
+const ControlPlaneIP = "10.250.0.1"
+
+// Images the nodes have (imported, never pulled).
+const (
+	PauseImage   = "docker.io/local/pause:v1"
+	EchoImage    = "docker.io/local/echo:v1"
+	SidecarImage = "docker.io/local/meshlet-sidecar:v1"
+)
+
+// podRange and serviceRange are the pod networks and the API server's
+// Service range (see StartCluster).
+const (
+	podRange     = "10.244.0.0/16"
+	serviceRange = "10.0.0.0/24"
+)
+
+// nodeBin builds (or finds cached) kubelet, kube-scheduler and mkimage, and
+// installs containerd, runc and the CNI plugins if missing.
+func nodeBin(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("MESHLET_NODE_BIN"); d != "" {
+		return d
+	}
+	out, err := exec.Command("bash", "node-tools.sh").Output()
+	if err != nil {
+		t.Fatalf("e2e/node-tools.sh (kubelet, kube-scheduler, image packer; containerd, runc, CNI plugins from apt): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// run runs a command and fails the test with its output if it fails.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// buildImages builds the pause, echo and sidecar binaries statically and
+// packs each into an image tarball; it returns the tarballs.
+func buildImages(t *testing.T, bin string) []string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("..")
+	var tars []string
+	for _, img := range []struct{ pkg, file, tag, path string }{
+		{"./e2e/images/pause", "pause", PauseImage, "/pause"},
+		{"./e2e/images/echo", "echo", EchoImage, "/echo"},
+		{"./cmd/sidecar", "sidecar", SidecarImage, "/usr/local/bin/sidecar"},
+	} {
+		out := filepath.Join(dir, img.file)
+		cmd := exec.Command("go", "build", "-o", out, img.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", img.pkg, err, b)
+		}
+		tar := out + ".tar"
+		run(t, filepath.Join(bin, "mkimage"), "-o", tar, "-tag", img.tag, "-entrypoint", img.path, out+"="+img.path)
+		tars = append(tars, tar)
+	}
+	return tars
+}
+
+// StartNodes starts one node per zone (node-a, node-b, ... in zone-a, ...
+// or the zones given), the scheduler, and waits until every node is Ready.
+// The cluster must have been started with ClusterOptions{Nodes: true}.
+// Everything is torn down at the end of the test: pods deleted, kubelets and
+// containerds stopped, mounts, cgroups, bridges, rules and routes removed.
+func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("real nodes run containerd, runc and kubelets and build bridges: the test needs root (CI runs as root)")
+	}
+	if !c.nodes {
+		t.Fatal("StartNodes: the cluster was not started with ClusterOptions{Nodes: true}")
+	}
+	bin := nodeBin(t)
+	for _, tool := range []string{"containerd", "ctr", "runc", "iptables", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed for real nodes (e2e/node-tools.sh installs it): %v", tool, err)
+		}
+	}
+	tars := buildImages(t, bin)
+	tag := fmt.Sprint(os.Getpid() % 100000)
+	hn := &hostNet{bridge: "mltn" + tag, guard: fmt.Sprintf("meshlet-test-%d", os.Getpid())}
+	var nodes []*Node
+	t.Cleanup(func() { c.stopNodes(t, nodes, hn) })
+	hn.up(t)
+
+	// The scheduler, with the admin credentials.
+	c.startIn(t, bin, "kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig, "--authentication-tolerate-lookup-failure", "--bind-address=127.0.0.1",
+		"--secure-port=0", "--leader-elect=false", "--v=1")
+
+	for i, zone := range zones {
+		letter := string(rune('a' + i))
+		n := &Node{
+			Name: "node-" + letter, Zone: zone, IP: fmt.Sprintf("10.250.0.%d", 11+i),
+			Subnet: fmt.Sprintf("10.244.%d.0/24", i+1), Bridge: "mltb" + tag + letter,
+			Dir:        filepath.Join(c.Dir, "node-"+letter),
+			CgroupRoot: fmt.Sprintf("/meshlet-test-%d-node-%s", os.Getpid(), letter),
+		}
+		nodes = append(nodes, n)
+		run(t, "ip", "addr", "add", n.IP+"/32", "dev", hn.bridge)
+		c.startNode(t, bin, n, tars)
+	}
+	ctx := context.Background()
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		ready := 0
+		for _, n := range nodes {
+			if name := n.exited(); name != "" {
+				t.Fatalf("%s: %s exited:\n%s", n.Name, name, n.Log(name))
+			}
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 {
+					ready++
+				}
+			}
+		}
+		if ready == len(nodes) {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			for _, n := range nodes {
+				t.Logf("%s kubelet log (tail):\n%s", n.Name, tailFile(filepath.Join(n.Dir, "kubelet.log"), 3000))
+			}
+			t.Fatalf("only %d of %d nodes Ready without taints after 120 s", ready, len(nodes))
+		}
+	}
+}
+
+// startIn starts a binary from dir as a control-plane process.
+func (c *Cluster) startIn(t *testing.T, dir, name string, args ...string) {
+	t.Helper()
+	bin := c.Bin
+	c.Bin = dir
+	defer func() { c.Bin = bin }()
+	c.start(t, name, args...)
+}
+
+func (c *Cluster) startNode(t *testing.T, bin string, n *Node, tars []string) {
+	t.Helper()
+	p := func(parts ...string) string { return filepath.Join(append([]string{n.Dir}, parts...)...) }
+	for _, d := range []string{"containerd/root", "containerd/state", "containerd/runc", "cni/net.d", "cni/ipam",
+		"kubelet/root", "kubelet/pki", "kubelet/volume-plugins", "pod-logs"} {
+		if err := os.MkdirAll(p(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Socket = p("containerd", "containerd.sock")
+	cniBin := "/usr/lib/cni"
+	writeFile(t, n.Dir, "containerd.toml", fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  netns_mounts_under_state_dir = true
+  enable_unprivileged_ports = true
+  # this machine's root lacks CAP_SYS_RESOURCE: a negative oom_score_adj fails
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %q
+`, p("containerd", "root"), p("containerd", "state"), n.Socket, PauseImage, cniBin, p("cni", "net.d"), p("containerd", "runc")))
+	gw := strings.TrimSuffix(n.Subnet, "0/24") + "1"
+	writeFile(t, p("cni", "net.d"), "10-meshlet-e2e.conflist", fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "meshlet-e2e-%s",
+  "plugins": [
+    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q, "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}`, n.Name, n.Bridge, p("cni", "ipam"), n.Subnet, gw))
+	n.start(t, "containerd", "containerd", "--config", p("containerd.toml"))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if exec.Command("ctr", "-a", n.Socket, "version").Run() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: containerd never answered:\n%s", n.Name, tailFile(p("containerd.log"), 3000))
+		}
+	}
+	for _, tar := range tars {
+		run(t, "ctr", "-a", n.Socket, "-n", "k8s.io", "images", "import", tar)
+	}
+	crt, key := c.issue(t, n.Name, pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}}, nil, nil, x509.ExtKeyUsageClientAuth)
+	kc := strings.NewReplacer(filepath.Join(c.Dir, "admin.crt"), crt, filepath.Join(c.Dir, "admin.key"), key)
+	b, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p("kubelet"), "kubeconfig", kc.Replace(string(b)))
+	writeFile(t, p("kubelet"), "config.yaml", fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: %s
+containerRuntimeEndpoint: unix://%s
+address: %s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: %s
+healthzPort: 10248
+podLogsDir: %s
+resolvConf: ""
+clusterDomain: cluster.local
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %s}
+authorization: {mode: AlwaysAllow}
+makeIPTablesUtilChains: false
+failSwapOn: false
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+nodeStatusUpdateFrequency: 5s
+maxPods: 50
+volumePluginDir: %s
+`, n.CgroupRoot, n.Socket, n.IP, n.IP, p("pod-logs"), filepath.Join(c.Dir, "ca.crt"), p("kubelet", "volume-plugins")))
+	// The kubelet wants its cgroup root in every hierarchy; a v1 cpuset
+	// starts empty and takes its parent's CPUs and memory nodes.
+	for _, mnt := range cgroupMounts() {
+		d := filepath.Join(mnt, n.CgroupRoot)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("%s: cgroup root: %v", n.Name, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(mnt, f)); err == nil && fileExists(filepath.Join(d, f)) {
+				_ = os.WriteFile(filepath.Join(d, f), v, 0o644)
+			}
+		}
+	}
+	n.start(t, "kubelet", filepath.Join(bin, "kubelet"), "--config="+p("kubelet", "config.yaml"), "--kubeconfig="+p("kubelet", "kubeconfig"),
+		"--root-dir="+p("kubelet", "root"), "--cert-dir="+p("kubelet", "pki"), "--hostname-override="+n.Name, "--node-ip="+n.IP,
+		"--node-labels=topology.kubernetes.io/zone="+n.Zone+",topology.kubernetes.io/region=local", "--v=2")
+}
+
+// start runs a node process with its output in <node>/<name>.log.
+func (n *Node) start(t *testing.T, name, path string, args ...string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(n.Dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// containerd finds its shim on PATH.
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: start %s: %v", n.Name, name, err)
+	}
+	f.Close()
+	n.procs = append(n.procs, cmd)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	n.done = append(n.done, done)
+	n.names = append(n.names, name)
+}
+
+// exited names a node process that has ended, or "".
+func (n *Node) exited() string {
+	for i, d := range n.done {
+		select {
+		case <-d:
+			return n.names[i]
+		default:
+		}
+	}
+	return ""
+}
+
+// Log returns the tail of a node process's log.
+func (n *Node) Log(name string) string { return tailFile(filepath.Join(n.Dir, name+".log"), 4000) }
+
+// tailFile is the end of a file.
+func tailFile(path string, max int) string {
+	b, _ := os.ReadFile(path)
+	return tail(string(b), max)
+}
+
+// hostNet is the host side of the nodes' networking.
+type hostNet struct {
+	bridge, guard string
+	forward       string // net.ipv4.ip_forward before
+	rules         [][]string
+	route         bool
+}
+
+func (h *hostNet) up(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.forward = strings.TrimSpace(string(b))
+	run(t, "ip", "link", "add", h.bridge, "type", "bridge")
+	run(t, "ip", "link", "set", h.bridge, "up")
+	run(t, "ip", "addr", "add", ControlPlaneIP+"/32", "dev", h.bridge)
+	// A Service VIP that escaped the redirect goes nowhere.
+	run(t, "ip", "route", "add", "blackhole", serviceRange)
+	h.route = true
+	for _, r := range [][]string{
+		{"FORWARD", "-s", podRange, "!", "-d", podRange, "-m", "comment", "--comment", h.guard, "-j", "DROP"},
+		{"FORWARD", "-d", podRange, "!", "-s", podRange, "-m", "comment", "--comment", h.guard, "-j", "DROP"},
+	} {
+		run(t, "iptables", append([]string{"-I"}, r...)...)
+		h.rules = append(h.rules, r)
+	}
+}
+
+func (h *hostNet) down() {
+	for _, r := range h.rules {
+		_ = exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
+	}
+	if h.route {
+		_ = exec.Command("ip", "route", "del", "blackhole", serviceRange).Run()
+	}
+	_ = exec.Command("ip", "link", "del", h.bridge).Run()
+	if h.forward != "" {
+		_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte(h.forward), 0o644)
+	}
+}
+
+// stopNodes tears the nodes down (see StartNodes).
+func (c *Cluster) stopNodes(t *testing.T, nodes []*Node, hn *hostNet) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	// Pods first, while the kubelets run: they stop the containers and
+	// call CNI DEL for each sandbox.
+	grace := int64(1)
+	if nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, ns := range nss.Items {
+			// Deployments first, or their ReplicaSets make new pods.
+			_ = c.Client.AppsV1().Deployments(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			_ = c.Client.AppsV1().ReplicaSets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			_ = c.Client.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
+		}
+	}
+	for _, n := range nodes {
+		for ctx.Err() == nil {
+			pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+			if err != nil || len(pods.Items) == 0 {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	hn.down()
+}
+
+func (n *Node) stop(t *testing.T) {
+	// kubelet, then containerd.
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		_ = n.procs[i].Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done[i]:
+		case <-time.After(10 * time.Second):
+			_ = n.procs[i].Process.Kill()
+			<-n.done[i]
+		}
+	}
+	// Whatever still runs below the node's cgroup root (containers the
+	// kubelet did not stop) and the node's shims.
+	for _, mnt := range cgroupMounts() {
+		if kill := filepath.Join(mnt, n.CgroupRoot, "cgroup.kill"); fileExists(kill) {
+			_ = os.WriteFile(kill, []byte("1"), 0o644)
+		}
+	}
+	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*-address "+n.Socket).Run()
+	// Mounts under the node's folder (rootfs overlays, netns, shm), the
+	// deepest first.
+	for _, m := range mountsUnder(n.Dir) {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	// The cgroup root in every hierarchy, children first.
+	for _, mnt := range cgroupMounts() {
+		removeTree(filepath.Join(mnt, n.CgroupRoot))
+	}
+	_ = exec.Command("ip", "link", "del", n.Bridge).Run()
+	// libcni's result cache for this node's network.
+	cached, _ := filepath.Glob("/var/lib/cni/results/meshlet-e2e-" + n.Name + "-*")
+	for _, f := range cached {
+		os.Remove(f)
+	}
+	// Symlinks the kubelet made in its compiled-in container-log folder.
+	links, _ := filepath.Glob("/var/log/containers/*")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, n.Dir) {
+			os.Remove(l)
+		}
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// cgroupMounts lists the mount points of every cgroup and cgroup2 file
+// system.
+func cgroupMounts() []string {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) >= 3 && (fs[2] == "cgroup" || fs[2] == "cgroup2") {
+			out = append(out, fs[1])
+		}
+	}
+	return out
+}
+
+// mountsUnder lists the mount points below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && strings.HasPrefix(fs[1], dir+"/") {
+			out = append(out, fs[1])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// removeTree removes a cgroup directory and its children (retrying while
+// killed processes exit).
+func removeTree(root string) {
+	for i := 0; i < 50 && fileExists(root); i++ {
+		var dirs []string
+		_ = filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for j := len(dirs) - 1; j >= 0; j-- {
+			_ = syscall.Rmdir(dirs[j])
+		}
+		if fileExists(root) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

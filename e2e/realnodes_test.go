@@ -1,0 +1,331 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/meshlet-dev/meshlet/deploy"
+	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/webhook"
+)
+
+// TestRealNodesMesh is the whole product on real Kubernetes nodes built on
+// this machine: three kubelets with containerd in zones a, b and c, the
+// real scheduler and controllers, the injector process registered by URL
+// and serving SDS and xDS. A labelled namespace's pods (a 3-replica echo
+// Deployment spread over the zones, and a client) are admitted with the
+// native sidecar, which the kubelet starts first; each sidecar attaches the
+// eBPF redirect to its pod's cgroup, switches to uid 1337 and gets its
+// certificate and config from the injector. The client's app dials the
+// Service's ClusterIP (there is no kube-proxy: only the redirect can reach
+// it) and gets answers from the echo pods over mutual TLS; a real
+// Prometheus scrapes the sidecars and its query API returns the request
+// counters with the mTLS labels.
+func TestRealNodesMesh(t *testing.T) {
+	c := StartClusterWith(t, ClusterOptions{Nodes: true})
+	start := time.Now()
+	nodes := c.StartNodes(t, "zone-a", "zone-b", "zone-c")
+	t.Logf("%d nodes Ready in %.1f s", len(nodes), time.Since(start).Seconds())
+	ctx := context.Background()
+
+	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
+	s, stop := startInjectorWith(t, c, func(o *injector.Options) {
+		o.Hosts = append(o.Hosts, ControlPlaneIP)
+		o.GRPCAddr = ControlPlaneIP + ":15012"
+		// No cluster DNS here: the sidecars dial the control plane's IP
+		// (its certificate names it) instead of the Service name.
+		o.ControlPlaneService = ""
+		o.Sidecar.ControlPlane = ControlPlaneIP + ":15012"
+		o.Sidecar.Image = SidecarImage
+		o.Sidecar.ImagePullPolicy = corev1.PullNever
+		o.Sidecar.Concurrency = 1
+	})
+	defer stop()
+	hook := "https://" + s.Addrs()["webhook"] + "/inject"
+	c.Kubectl(t, "", "patch", "mutatingwebhookconfiguration", "meshlet-injector", "--type=json", "-p",
+		fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/clientConfig","value":{"url":%q}},{"op":"replace","path":"/webhooks/1/clientConfig","value":{"url":%q}}]`, hook, hook))
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
+		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDefaultSA(t, "shop")
+	// The webhook's caBundle must be in before the first pod.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "meshlet-injector", metaGet)
+		if err == nil && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("caBundle never patched")
+		}
+	}
+
+	svc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := svc.Spec.ClusterIP
+	echoEnv := []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}, {Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	app := func(env ...corev1.EnvVar) corev1.Container {
+		return corev1.Container{Name: "app", Image: EchoImage, ImagePullPolicy: corev1.PullNever, Env: append(append([]corev1.EnvVar{}, echoEnv...), env...),
+			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
+	}
+	replicas := int32(3)
+	grace := int64(2)
+	labels := map[string]string{"app": "echo"}
+	if _, err := c.Client.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: &grace,
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+				Containers: []corev1.Container{app()}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
+			Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every pod Running and Ready, each with the native sidecar.
+	var pods []corev1.Pod
+	for deadline := time.Now().Add(180 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		list, err := c.Client.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{})
+		ready := 0
+		if err == nil {
+			pods = list.Items
+			for _, p := range pods {
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+		}
+		if ready == 4 && len(pods) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range pods {
+				t.Logf("pod %s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.InitContainerStatuses)
+				t.Logf("sidecar log:\n%s", c.podLog(t, p, webhook.ProxyContainer))
+			}
+			t.Fatalf("%d of 4 pods Ready after 180 s", ready)
+		}
+	}
+	t.Logf("4 pods Running and Ready %.1f s after the nodes", time.Since(start).Seconds())
+	zones := map[string]string{}
+	for _, n := range nodes {
+		zones[n.Name] = n.Zone
+	}
+	var echoIPs []string
+	var clientPod corev1.Pod
+	seenZones := map[string]bool{}
+	for _, p := range pods {
+		for _, ctr := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+			if ctr.ImagePullPolicy != corev1.PullNever {
+				t.Fatalf("pod %s container %s has imagePullPolicy %s: every e2e image must be Never (nothing may be pulled from off the machine)", p.Name, ctr.Name, ctr.ImagePullPolicy)
+			}
+		}
+		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer || p.Spec.InitContainers[0].RestartPolicy == nil {
+			t.Fatalf("pod %s: no native meshlet sidecar: %+v", p.Name, p.Spec.InitContainers)
+		}
+		if p.Labels["app"] == "echo" {
+			echoIPs = append(echoIPs, p.Status.PodIP)
+			seenZones[zones[p.Spec.NodeName]] = true
+		} else {
+			clientPod = p
+		}
+		t.Logf("pod %s on %s (%s): %s", p.Name, p.Spec.NodeName, zones[p.Spec.NodeName], p.Status.PodIP)
+	}
+	if len(seenZones) != 3 {
+		t.Errorf("the echo pods are in zones %v, want one per zone", seenZones)
+	}
+
+	// The sidecars run unprivileged.
+	for _, p := range pods {
+		pid, err := sidecarPID(p)
+		if err != nil {
+			t.Errorf("pod %s: %v", p.Name, err)
+			continue
+		}
+		if err := unprivileged(pid, 1337); err != nil {
+			t.Errorf("pod %s sidecar: %v\n%s", p.Name, err, c.podLog(t, p, webhook.ProxyContainer))
+		} else {
+			t.Logf("pod %s: sidecar pid %d runs as 1337:1337 with no capabilities", p.Name, pid)
+		}
+	}
+
+	// The client's app reaches the ClusterIP only through its sidecar.
+	var peers struct {
+		Results []struct {
+			Code  int    `json:"code"`
+			Body  string `json:"body"`
+			Error string `json:"error"`
+		} `json:"results"`
+	}
+	answered := map[string]bool{}
+	for deadline := time.Now().Add(60 * time.Second); len(answered) < 3; time.Sleep(time.Second) {
+		b := httpGet(t, "http://"+clientPod.Status.PodIP+":8080/peers")
+		if err := json.Unmarshal([]byte(b), &peers); err != nil {
+			t.Fatalf("client /peers: %v: %s", err, b)
+		}
+		for _, r := range peers.Results {
+			if r.Code == 200 && strings.HasPrefix(r.Body, "pod=echo-") {
+				answered[strings.Fields(r.Body)[0]] = true
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(answered) == 0 {
+		t.Fatalf("the client never got an answer through the ClusterIP %s: %s\nclient sidecar:\n%s", vip, tail(fmt.Sprint(peers), 2000), c.podLog(t, clientPod, webhook.ProxyContainer))
+	}
+	t.Logf("the client's requests to %s were answered by %v", vip, keys(answered))
+
+	// The echo sidecars saw them as mutual TLS from the client's identity.
+	want := `connection_security_policy="mutual_tls"`
+	principal := `source_principal="spiffe://cluster.local/ns/shop/sa/default"`
+	found := false
+	for _, ip := range echoIPs {
+		m := httpGet(t, "http://"+ip+":15090/stats/prometheus")
+		for _, line := range strings.Split(m, "\n") {
+			if strings.HasPrefix(line, "istio_requests_total{") && strings.Contains(line, want) && strings.Contains(line, principal) &&
+				strings.Contains(line, `reporter="destination"`) {
+				found = true
+				t.Logf("%s: %s", ip, line)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no echo sidecar counted an mTLS request from the client's identity")
+	}
+
+	// A real Prometheus scrapes every sidecar.
+	var targets []string
+	for _, p := range pods {
+		targets = append(targets, p.Status.PodIP+":15090")
+	}
+	q := scrapeWithPrometheus(t, targets, `sum(istio_requests_total{connection_security_policy="mutual_tls",reporter="destination"})`)
+	t.Logf("Prometheus: %s", q)
+}
+
+// podLog is a container's log through the API server (the kubelet serves
+// it on the node IP).
+func (c *Cluster) podLog(t *testing.T, p corev1.Pod, container string) string {
+	cmd := exec.Command(filepath.Join(c.Bin, "kubectl"), "--kubeconfig", c.Kubeconfig, "logs", "-n", p.Namespace, p.Name, "-c", container, "--tail=60")
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}
+
+// sidecarPID finds the pod's sidecar process on this machine: the one
+// running the sidecar binary in a cgroup of the pod.
+func sidecarPID(p corev1.Pod) (int, error) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	uid := strings.ReplaceAll(string(p.UID), "-", "_")
+	for _, cl := range procs {
+		b, err := os.ReadFile(cl)
+		if err != nil || !strings.HasPrefix(string(b), "/usr/local/bin/sidecar\x00run\x00") {
+			continue
+		}
+		dir := filepath.Dir(cl)
+		cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if strings.Contains(string(cg), "pod"+string(p.UID)) || strings.Contains(string(cg), "pod"+uid) {
+			var pid int
+			fmt.Sscan(filepath.Base(dir), &pid)
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no sidecar process in the cgroups of pod %s", p.UID)
+}
+
+func httpGet(t *testing.T, u string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// scrapeWithPrometheus runs Debian's Prometheus scraping targets'
+// /stats/prometheus every second and returns the first non-empty answer
+// of its query API to query.
+func scrapeWithPrometheus(t *testing.T, targets []string, query string) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is not installed (Debian package prometheus; .ci/run installs it): %v", err)
+	}
+	dir := t.TempDir()
+	quoted := make([]string, len(targets))
+	for i, tg := range targets {
+		quoted[i] = fmt.Sprintf("%q", tg)
+	}
+	cfg := writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`global: {scrape_interval: 1s}
+scrape_configs:
+  - job_name: meshlet-sidecars
+    metrics_path: /stats/prometheus
+    static_configs: [{targets: [%s]}]
+`, strings.Join(quoted, ", ")))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p := startProc(t, "prometheus", bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(query))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var r struct {
+				Status string `json:"status"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(b, &r) == nil && r.Status == "success" && len(r.Data.Result) > 0 {
+				return string(b)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus never answered %s with a result (targets %v):\n%s", query, targets, tail(p.out.String(), 2000))
+		}
+	}
+}
