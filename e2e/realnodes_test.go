@@ -38,7 +38,8 @@ import (
 // Service's ClusterIP (there is no kube-proxy: only the redirect can reach
 // it) and gets answers from the echo pods over mutual TLS; a real
 // Prometheus scrapes the sidecars and its query API returns the request
-// counters with the mTLS labels.
+// counters with the mTLS labels. Then the Service gets locality failover
+// and the client's zone loses its echo pod and gets it back.
 func TestRealNodesMesh(t *testing.T) {
 	c := StartClusterWith(t, ClusterOptions{Nodes: true})
 	start := time.Now()
@@ -231,6 +232,96 @@ func TestRealNodesMesh(t *testing.T) {
 	}
 	q := scrapeWithPrometheus(t, targets, `sum(istio_requests_total{connection_security_policy="mutual_tls",reporter="destination"})`)
 	t.Logf("Prometheus: %s", q)
+
+	// Locality failover, the design notes' story, on real nodes. With
+	// meshlet.io/failover-labels the control plane gives the client (on
+	// node-a) its own zone's endpoints at priority 0: only the zone-a echo
+	// pod answers. With that pod gone (node-a cordoned, the pod deleted:
+	// the spread constraint keeps its replacement Pending) zone-a has no
+	// healthy endpoint and the traffic fails over to zones b and c; once
+	// node-a is uncordoned the replacement lands there and the traffic
+	// comes back.
+	var local string
+	for _, p := range pods {
+		if p.Labels["app"] == "echo" && p.Spec.NodeName == "node-a" {
+			local = p.Name
+		}
+	}
+	answers := func(since time.Time) (names []string, failed int) {
+		var r struct {
+			Results []struct {
+				Code int    `json:"code"`
+				Body string `json:"body"`
+				Time string `json:"time"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+clientPod.Status.PodIP+":8080/peers")), &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range r.Results {
+			at, err := time.Parse(time.RFC3339Nano, x.Time)
+			if err != nil || at.Before(since) {
+				continue
+			}
+			if x.Code != 200 || !strings.HasPrefix(x.Body, "pod=") {
+				failed++
+				names = append(names, fmt.Sprintf("code %d", x.Code))
+				continue
+			}
+			names = append(names, strings.TrimPrefix(strings.Fields(x.Body)[0], "pod="))
+		}
+		return names, failed
+	}
+	// waitAnswers waits until the last n answers since t0 satisfy ok.
+	waitAnswers := func(what string, t0 time.Time, n int, ok func(string) bool) []string {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+			names, _ := answers(t0)
+			if len(names) >= n {
+				good := true
+				for _, name := range names[len(names)-n:] {
+					good = good && ok(name)
+				}
+				if good {
+					return names
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: answers since %s: %v\nclient sidecar:\n%s", what, t0.Format(time.RFC3339), names, c.podLog(t, clientPod, webhook.ProxyContainer))
+			}
+		}
+	}
+	c.Kubectl(t, "", "annotate", "-n", "shop", "service", "echo", "meshlet.io/failover-labels=topology.kubernetes.io/zone")
+	t0 := time.Now()
+	waitAnswers("same-zone answers", t0, 5, func(n string) bool { return n == local })
+	t.Logf("with failover-labels: the client in zone-a is answered by %s only (zone-a) within %.1f s", local, time.Since(t0).Seconds())
+
+	c.Kubectl(t, "", "cordon", "node-a")
+	if err := c.Client.CoreV1().Pods("shop").Delete(ctx, local, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	names := waitAnswers("failover to zones b and c", t1, 5, func(n string) bool { return strings.HasPrefix(n, "echo-") && n != local })
+	_, failed := answers(t1)
+	t.Logf("zone-a's echo pod deleted: answers from other zones within %.1f s (%d requests failed meanwhile): %v", time.Since(t1).Seconds(), failed, names)
+
+	c.Kubectl(t, "", "uncordon", "node-a")
+	t2 := time.Now()
+	var back string
+	names = waitAnswers("back to zone-a", t2, 5, func(n string) bool {
+		if back == "" {
+			if list, err := c.Client.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"}); err == nil {
+				for _, p := range list.Items {
+					if p.Spec.NodeName == "node-a" && p.Name != local {
+						back = p.Name
+					}
+				}
+			}
+		}
+		return back != "" && n == back
+	})
+	_, failed = answers(t2)
+	t.Logf("node-a uncordoned: its new echo pod %s answers alone again within %.1f s (%d failed)", back, time.Since(t2).Seconds(), failed)
 }
 
 // podLog is a container's log through the API server (the kubelet serves

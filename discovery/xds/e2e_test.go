@@ -506,3 +506,27 @@ func TestNodeRelabel(t *testing.T) {
 	time.Sleep(3 * DefaultDebounce)
 	eq(t, cp.srv.Stats().Rebuilds, rebuilds)
 }
+
+// TestLocalityFromPodNode: a sidecar whose node id names a pod gets the
+// priorities of the zone of that pod's node, whatever locality it reports
+// (the injected sidecar reports none); the pod's node learnt after the
+// stream opened still applies.
+func TestLocalityFromPodNode(t *testing.T) {
+	forBothProtocols(t, func(t *testing.T, delta bool) {
+		cp := startControlPlane(t, "127.0.0.1:0", Options{}, mesh)
+		c := startSidecar(t, cp.addr, "client-c.default", delta, &corev3.Locality{Region: "r1", Zone: "a"})
+		c.waitReady(t)
+		prios := func(cs map[string]config.Cluster) [3]uint32 {
+			e := endpointsOf(cs[echoCluster])
+			return [3]uint32{e["10.0.1.1:8080"].Priority, e["10.0.1.2:8080"].Priority, e["10.0.1.3:8080"].Priority}
+		}
+		// Unknown pod: the reported zone a.
+		c.waitClusters(t, "reported zone a", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{0, 1, 1} })
+		// The pod runs on n-c (zone c).
+		cp.srv.SetPodNode(nn("default", "client-c"), "n-c")
+		c.waitClusters(t, "zone c from the pod's node", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{1, 1, 0} })
+		// Forgotten (pod deleted): back to what it reports.
+		cp.srv.SetPodNode(nn("default", "client-c"), "")
+		c.waitClusters(t, "reported zone a again", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{0, 1, 1} })
+	})
+}

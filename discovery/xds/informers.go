@@ -30,7 +30,8 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 	eps := f.Discovery().V1().EndpointSlices().Informer()
 	nodes := f.Core().V1().Nodes().Informer()
 	pods := f.Core().V1().Pods().Informer()
-	// Keep only what discovery reads of a pod: its name and annotation.
+	// Keep only what discovery reads of a pod: its name, annotation,
+	// service account and node.
 	if err := pods.SetTransform(func(obj any) (any, error) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -38,7 +39,7 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 		}
 		slim := &corev1.Pod{}
 		slim.Namespace, slim.Name, slim.ResourceVersion = p.Namespace, p.Name, p.ResourceVersion
-		slim.Spec.ServiceAccountName = p.Spec.ServiceAccountName
+		slim.Spec.ServiceAccountName, slim.Spec.NodeName = p.Spec.ServiceAccountName, p.Spec.NodeName
 		if v, ok := p.Annotations[statusAnnotation]; ok {
 			slim.Annotations = map[string]string{statusAnnotation: v}
 		}
@@ -61,7 +62,12 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 			p := o.(*corev1.Pod)
 			_, meshed := p.Annotations[statusAnnotation]
 			s.SetPodMeshed(key(p.Namespace, p.Name), meshed, p.Spec.ServiceAccountName)
-		}, func(o any) { p := o.(*corev1.Pod); s.SetPodMeshed(key(p.Namespace, p.Name), false, "") }},
+			s.SetPodNode(key(p.Namespace, p.Name), p.Spec.NodeName)
+		}, func(o any) {
+			p := o.(*corev1.Pod)
+			s.SetPodMeshed(key(p.Namespace, p.Name), false, "")
+			s.SetPodNode(key(p.Namespace, p.Name), "")
+		}},
 	}
 	for _, h := range handlers {
 		h := h

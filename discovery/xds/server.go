@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +105,7 @@ type Server struct {
 	slices          map[types.NamespacedName]*discoveryv1.EndpointSlice
 	nodes           map[string]*corev1.Node
 	meshed          map[types.NamespacedName]string // pod -> SPIFFE ID
+	podNodes        map[types.NamespacedName]string // pod -> node name
 	dirty           map[types.NamespacedName]bool
 	allDirty        bool
 	results         map[types.NamespacedName]*translatedService
@@ -158,6 +160,7 @@ func NewServer(opts Options) *Server {
 		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
 		nodes:    map[string]*corev1.Node{},
 		meshed:   map[types.NamespacedName]string{},
+		podNodes: map[types.NamespacedName]string{},
 		dirty:    map[types.NamespacedName]bool{},
 		results:  map[types.NamespacedName]*translatedService{},
 		gen:      newGeneration(nil),
@@ -335,6 +338,44 @@ func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool, serviceAcco
 	s.changed()
 }
 
+// SetPodNode records the node a pod runs on ("" forgets it). A sidecar
+// whose xDS node id is <pod>.<namespace> (what the injected sidecar
+// sends) gets its locality from that node's topology labels, over the one
+// it reports, as Istio derives a proxy's locality from its pod's node:
+// failover priorities then follow where the pod really runs.
+func (s *Server) SetPodNode(pod types.NamespacedName, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.podNodes[pod] == node {
+		return
+	}
+	if node == "" {
+		delete(s.podNodes, pod)
+	} else {
+		s.podNodes[pod] = node
+	}
+	if p, ok := s.proxies[pod.Name+"."+pod.Namespace]; ok {
+		s.publishLocked(pod.Name+"."+pod.Namespace, p)
+	}
+}
+
+// localityLocked is the locality a sidecar's priorities are computed for:
+// SetProxy's, else its pod's node's, else the one it reports.
+func (s *Server) localityLocked(nodeID string, p *proxyState) lb.Locality {
+	if p.info.Locality != nil {
+		return *p.info.Locality
+	}
+	if i := strings.LastIndexByte(nodeID, '.'); i > 0 {
+		pod := types.NamespacedName{Namespace: nodeID[i+1:], Name: nodeID[:i]}
+		if n := s.nodes[s.podNodes[pod]]; n != nil {
+			if l := nodeLocality(n); l != (lb.Locality{}) {
+				return l
+			}
+		}
+	}
+	return p.reported
+}
+
 // SetProxy records what the control plane knows of a sidecar; it applies
 // at once, connected or not.
 func (s *Server) SetProxy(nodeID string, info ProxyInfo) {
@@ -456,10 +497,7 @@ func (s *Server) publishLocked(nodeID string, p *proxyState) {
 	if !s.synced {
 		return
 	}
-	key := groupKey{locality: p.reported, local: p.info.LocalService}
-	if p.info.Locality != nil {
-		key.locality = *p.info.Locality
-	}
+	key := groupKey{locality: s.localityLocked(nodeID, p), local: p.info.LocalService}
 	g := s.gen.buildGroup(key, s.results)
 	if p.published == g.version {
 		return
