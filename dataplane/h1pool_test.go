@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -143,4 +144,66 @@ func TestH1PoolEarlyHintsAndTrailers(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Errorf("upstream connections %d, want 1", n)
 	}
+}
+
+// A client that goes away while the body streams: the upstream connection
+// is closed, not pooled (its unread rest would be the next response), and
+// the next request gets a new connection and the right answer.
+func TestH1PoolClientGoneMidBody(t *testing.T) {
+	var n atomic.Int64
+	addr, conns, closed := rawUpstream(t, func(int64) string {
+		if n.Add(1) == 1 {
+			// Headers and 16 KiB of a 1 MiB body, then nothing.
+			return "HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n" + strings.Repeat("x", 16<<10)
+		}
+		return okReply(0)
+	}, false)
+	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(s)+"/stall", nil)
+	req.Host = "echo"
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8<<10)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || buf[0] != 'x' {
+		t.Fatalf("the first 8 KiB: %v", err)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream connection of the abandoned response was not closed")
+	}
+	logs.waitLine(t, `"GET /stall HTTP/1.1" 200 DC `)
+	if code, body, _ := get(t, &http.Client{Transport: &http.Transport{}}, s, "/next"); code != 200 || body != "ok" {
+		t.Fatalf("next request: %d %q", code, body)
+	}
+	if c := conns.Load(); c != 2 {
+		t.Errorf("upstream connections %d, want 2 (the abandoned one is not reused)", c)
+	}
+}
+
+// An upstream whose connection ends mid-body: the client's response is cut
+// off and the access log says UC with Envoy's detail for a reset after the
+// response started.
+func TestHTTPUpstreamResetMidBody(t *testing.T) {
+	addr, _, _ := rawUpstream(t, func(int64) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n" + strings.Repeat("x", 16<<10)
+	}, true)
+	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/cut", nil)
+	req.Host = "echo"
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || len(b) >= 1<<20 {
+		t.Errorf("a cut-off body read whole: %d bytes, %v", len(b), err)
+	}
+	logs.waitLine(t, `"GET /cut HTTP/1.1" 200 UC `, "upstream_reset_after_response_started{connection_termination}")
 }

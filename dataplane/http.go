@@ -114,8 +114,18 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	if req.Header.Get("X-Request-Id") == "" {
 		req.Header.Set("X-Request-Id", w.requestID())
 	}
+	var routeCtx context.Context // the request's context with the route timeout
 	defer func() {
+		r := recover()
+		if r == http.ErrAbortHandler {
+			// ReverseProxy aborts a response whose body copy failed, after
+			// its headers went out: say why, as Envoy's flags do.
+			ex.midBodyFailure(req.Context(), routeCtx)
+		}
 		w.logHTTP(st, info, req, sw, cb.n, ex, start)
+		if r != nil {
+			panic(r) // net/http closes the connection without a log of its own
+		}
 	}()
 
 	ls := st.listeners[info.listener]
@@ -174,10 +184,35 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		ctx, cancel = context.WithTimeoutCause(ctx, t, errRouteTimeout)
 		defer cancel()
 	}
+	routeCtx = ctx
 	w.proxy.ServeHTTP(sw, req.WithContext(ctx))
 }
 
 var errRouteTimeout = errors.New("route timeout")
+
+// midBodyFailure records why a response broke off after its headers: the
+// client went away (DC), the route timeout fired (UT), or else the
+// upstream's connection ended (UC), each with Envoy's response code
+// details.
+func (ex *exchange) midBodyFailure(downstream, route context.Context) {
+	switch {
+	case route != nil && errors.Is(context.Cause(route), errRouteTimeout):
+		ex.flags |= lb.FlagUT
+		ex.details = "upstream_response_timeout"
+		if ex.stats != nil {
+			ex.stats.inc(cUpstreamRqTimeout)
+		}
+	case downstream.Err() != nil:
+		ex.flags |= lb.FlagDC
+		ex.details = "downstream_remote_disconnect"
+	default:
+		ex.flags |= lb.FlagUC
+		ex.details = "upstream_reset_after_response_started{connection_termination}"
+		if ex.stats != nil {
+			ex.stats.inc(cUpstreamRqRxReset)
+		}
+	}
+}
 
 // newReverseProxy is a worker's reverse proxy (safe for concurrent use,
 // built once): hop-by-hop headers, trailers, Upgrade and streaming come
