@@ -207,3 +207,43 @@ func TestHTTPUpstreamResetMidBody(t *testing.T) {
 	}
 	logs.waitLine(t, `"GET /cut HTTP/1.1" 200 UC `, "upstream_reset_after_response_started{connection_termination}")
 }
+
+// A sized body that trickles: what has arrived reaches the client without
+// waiting for the rest (Envoy forwards data as it comes).
+func TestHTTPTricklingBodyIsForwarded(t *testing.T) {
+	rest := make(chan struct{})
+	addr := serveTCP(t, "127.0.0.12", func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+		<-rest
+		io.WriteString(c, "world")
+	})
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/trickle", nil)
+	req.Host = "echo"
+	got := make(chan string, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b := make([]byte, 5)
+		io.ReadFull(resp.Body, b)
+		got <- string(b)
+		io.ReadAll(resp.Body)
+	}()
+	select {
+	case b := <-got:
+		if b != "hello" {
+			t.Errorf("first bytes %q", b)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the first half of the body did not reach the client before the rest was sent")
+	}
+	close(rest)
+}
