@@ -95,7 +95,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	apiExtra, controllers := []string{}, ""
 	if o.Nodes {
 		apiExtra = append(apiExtra, "--kubelet-preferred-address-types=InternalIP")
-		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller"
+		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller,job-controller"
 	}
 	t.Cleanup(c.stop)
 	c.pki(t)

@@ -405,7 +405,8 @@ func (c *Cluster) stopNodes(t *testing.T, nodes []*Node, hn *hostNet) {
 	grace := int64(1)
 	if nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
 		for _, ns := range nss.Items {
-			// Deployments first, or their ReplicaSets make new pods.
+			// Controllers first, or they make new pods.
+			_ = c.Client.BatchV1().Jobs(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			_ = c.Client.AppsV1().Deployments(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			_ = c.Client.AppsV1().ReplicaSets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			_ = c.Client.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})

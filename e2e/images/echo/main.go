@@ -2,7 +2,8 @@
 // answers "pod=$POD_NAME zone=$ZONE from=<peer>" (and /healthz), and, with
 // $TARGETS (comma-separated URLs), a client that GETs each target once a
 // second on a new connection and serves the last results as JSON on
-// /peers. Built statically and packed into docker.io/local/echo:v1 by the
+// /peers; with $COUNT too, it exits after that many rounds, with status 0
+// if every GET answered 200 (a Job's app). Built statically and packed into docker.io/local/echo:v1 by the
 // real-nodes tests.
 package main
 
@@ -37,17 +38,32 @@ func main() {
 	total := map[string]int{}
 	if t := os.Getenv("TARGETS"); t != "" {
 		client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		count := 0
+		fmt.Sscan(os.Getenv("COUNT"), &count)
 		go func() {
+			rounds, failed := 0, 0
 			for range time.Tick(time.Second) {
+				if count > 0 && rounds == count {
+					log.Printf("%d rounds, %d failed GETs: exiting", rounds, failed)
+					if failed > 0 {
+						os.Exit(1)
+					}
+					os.Exit(0)
+				}
+				rounds++
 				for _, url := range strings.Split(t, ",") {
 					r := result{Target: url, Time: time.Now().UTC().Format(time.RFC3339Nano)}
 					resp, err := client.Get(url)
 					if err != nil {
 						r.Error = err.Error()
+						failed++
 					} else {
 						b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 						resp.Body.Close()
 						r.Code, r.Body = resp.StatusCode, strings.TrimSpace(string(b))
+						if r.Code != 200 {
+							failed++
+						}
 					}
 					mu.Lock()
 					results = append(results, r)
