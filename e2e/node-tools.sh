@@ -10,8 +10,9 @@
 # Cold: ~5 min on 2 cores (kubelet); cached: instant.
 set -euo pipefail
 cd "$(dirname "$0")"
-K8S=v1.37.2 STAGING=v0.37.2 GGCR=v0.22.1
-key=$(sha256sum node-tools.sh | cut -c1-12)
+. ./k8s-module.sh
+GGCR=v0.22.1
+key=$(cat node-tools.sh k8s-module.sh | sha256sum | cut -c1-12)
 cache="${MESHLET_CACHE:-$HOME/.cache/meshlet}/nodes-$K8S-$key"
 bin="$cache/bin"
 
@@ -32,26 +33,7 @@ if [ -x "$bin/kubelet" ] && [ -x "$bin/kube-scheduler" ] && [ -x "$bin/mkimage" 
 fi
 mkdir -p "$cache/src/mkimage" "$bin"
 cd "$cache/src"
-# The same tools module as k8s-tools.sh (k8s.io/kubernetes with its staging
-# modules replaced by their releases), plus what kubelet needs.
-staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider cluster-bootstrap
-code-generator component-base component-helpers controller-manager cri-api cri-client cri-streaming csi-translation-lib
-dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy kube-scheduler
-kubectl kubelet metrics mount-utils pod-security-admission sample-apiserver streaming"
-{
-  echo "module meshlet.dev/e2e-node-tools"
-  echo
-  echo "go 1.26"
-  echo
-  echo "require ("
-  echo "	k8s.io/kubernetes $K8S"
-  echo "	github.com/google/go-containerregistry $GGCR"
-  echo ")"
-  echo
-  echo "replace ("
-  for m in $staging; do echo "	k8s.io/$m => k8s.io/$m $STAGING"; done
-  echo ")"
-} > go.mod
+k8s_module meshlet.dev/e2e-node-tools "github.com/google/go-containerregistry $GGCR"
 cat > tools.go <<'GO'
 //go:build tools
 
@@ -152,8 +134,7 @@ func main() {
 GO
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 go mod tidy >/dev/null 2>&1 || go mod tidy
-ver="-X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-ver="$ver -X k8s.io/client-go/pkg/version.gitVersion=$K8S -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37"
+ver=$(k8s_ldflags)
 go build -ldflags "$ver" -o "$bin/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler >&2
 go build -o "$bin/mkimage" ./mkimage >&2
 echo "$bin"

@@ -472,9 +472,9 @@ func (n *Node) stop(t *testing.T) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// cgroupMounts lists the mount points of every cgroup and cgroup2 file
-// system.
-func cgroupMounts() []string {
+// mountPoints lists the mount points whose file system type passes keep,
+// from /proc/self/mounts.
+func mountPoints(keep func(point, fstype string) bool) []string {
 	f, err := os.Open("/proc/self/mounts")
 	if err != nil {
 		return nil
@@ -483,27 +483,22 @@ func cgroupMounts() []string {
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 3 && (fs[2] == "cgroup" || fs[2] == "cgroup2") {
+		if fs := strings.Fields(sc.Text()); len(fs) >= 3 && keep(fs[1], fs[2]) {
 			out = append(out, fs[1])
 		}
 	}
 	return out
 }
 
+// cgroupMounts lists the mount points of every cgroup and cgroup2 file
+// system.
+func cgroupMounts() []string {
+	return mountPoints(func(_, fstype string) bool { return fstype == "cgroup" || fstype == "cgroup2" })
+}
+
 // mountsUnder lists the mount points below dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && strings.HasPrefix(fs[1], dir+"/") {
-			out = append(out, fs[1])
-		}
-	}
+	out := mountPoints(func(point, _ string) bool { return strings.HasPrefix(point, dir+"/") })
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
