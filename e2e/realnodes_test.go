@@ -197,6 +197,10 @@ func TestRealNodesMesh(t *testing.T) {
 		for _, r := range peers.Results {
 			if r.Code == 200 && strings.HasPrefix(r.Body, "pod=echo-") {
 				answered[strings.Fields(r.Body)[0]] = true
+				// The native sidecar was ready before the app started.
+				if !strings.HasSuffix(r.Body, "sidecar_ready_at_start=true") {
+					t.Fatalf("an echo app started before its sidecar was ready: %q", r.Body)
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -206,7 +210,7 @@ func TestRealNodesMesh(t *testing.T) {
 	if len(answered) == 0 {
 		t.Fatalf("the client never got an answer through the ClusterIP %s: %s\nclient sidecar:\n%s", vip, tail(fmt.Sprint(peers), 2000), c.podLog(t, clientPod, webhook.ProxyContainer))
 	}
-	t.Logf("the client's requests to %s were answered by %v", vip, keys(answered))
+	t.Logf("the client's requests to %s were answered by %v, each app started after its sidecar was ready", vip, keys(answered))
 
 	// The echo sidecars saw them as mutual TLS from the client's identity.
 	want := `connection_security_policy="mutual_tls"`

@@ -1,5 +1,7 @@
 // Command echo is the e2e nodes' app image: an HTTP server on $LISTEN that
-// answers "pod=$POD_NAME zone=$ZONE from=<peer>" (and /healthz), and, with
+// answers "pod=$POD_NAME zone=$ZONE from=<peer> sidecar_ready_at_start=<bool>"
+// (and /healthz), the last field saying whether the pod's sidecar answered
+// its readiness check on 127.0.0.1:15021 when the app started; and, with
 // $TARGETS (comma-separated URLs), a client that GETs each target once a
 // second on a new connection and serves the last results as JSON on
 // /peers; with $COUNT too, it exits after that many rounds, with status 0
@@ -29,6 +31,14 @@ type result struct {
 }
 
 func main() {
+	// Was the sidecar ready before the app started (the native sidecar's
+	// promise)? Asked once, at once.
+	sidecarReady := false
+	if resp, err := (&http.Client{Timeout: time.Second}).Get("http://127.0.0.1:15021/healthz/ready"); err == nil {
+		sidecarReady = resp.StatusCode == http.StatusOK
+		resp.Body.Close()
+	}
+	log.Printf("sidecar ready at start: %v", sidecarReady)
 	listen := os.Getenv("LISTEN")
 	if listen == "" {
 		listen = ":8080"
@@ -85,7 +95,7 @@ func main() {
 		json.NewEncoder(w).Encode(map[string]any{"results": results, "codes": total})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "pod=%s zone=%s from=%s\n", os.Getenv("POD_NAME"), os.Getenv("ZONE"), r.RemoteAddr)
+		fmt.Fprintf(w, "pod=%s zone=%s from=%s sidecar_ready_at_start=%v\n", os.Getenv("POD_NAME"), os.Getenv("ZONE"), r.RemoteAddr, sidecarReady)
 	})
 	log.Fatal(http.ListenAndServe(listen, mux))
 }
