@@ -104,6 +104,8 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
+	w.inflight.Add(1)
+	defer w.inflight.Add(-1)
 	start := time.Now()
 	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
 	sw := &statusWriter{ResponseWriter: rw}

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -330,5 +331,47 @@ func TestServiceShortName(t *testing.T) {
 		if got := serviceShortName(in); got != want {
 			t.Errorf("serviceShortName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Shutdown (SIGTERM, /quitquitquit) drains first: an HTTP/1.1 request in
+// flight when it starts still gets its whole answer.
+func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		w.Write([]byte("done"))
+	}))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
+	cfg.DrainTimeout = 5 * time.Second
+	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/inflight", nil)
+		req.Host = "echo"
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- string(b)
+	}()
+	<-entered
+	start := time.Now()
+	s.Shutdown()
+	if got := <-done; got != "done" {
+		t.Errorf("in-flight request across Shutdown got %q", got)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Shutdown took %v: it waited for the drain timeout instead of the request", d)
 	}
 }

@@ -658,12 +658,29 @@ func (s *Server) Drain() {
 	}
 	timeout := s.state.Load().cfg.DrainTimeout
 	done := make(chan struct{})
-	go func() { s.conns.Wait(); close(done) }()
+	go func() {
+		s.conns.Wait()
+		// An HTTP/1 connection's serveConn returns once the worker's
+		// http.Server has it: its requests are counted per worker.
+		for s.inflightRequests() > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(timeout):
 		s.log.Warn("drain timeout: closing remaining connections", "timeout", timeout)
 	}
+}
+
+// inflightRequests is the number of HTTP requests being served.
+func (s *Server) inflightRequests() int64 {
+	var n int64
+	for _, w := range s.workers {
+		n += w.inflight.Load()
+	}
+	return n
 }
 
 // Shutdown drains, then stops everything.

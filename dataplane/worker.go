@@ -43,8 +43,11 @@ type worker struct {
 	proxy  *httputil.ReverseProxy
 
 	httpConns *chanListener
-	httpSrv   *http.Server
-	h2        *http2.Server
+	// inflight counts this worker's HTTP requests being served (Drain
+	// waits for them).
+	inflight atomic.Int64
+	httpSrv  *http.Server
+	h2       *http2.Server
 }
 
 func newWorker(s *Server, id int) *worker {
