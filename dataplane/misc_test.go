@@ -375,3 +375,47 @@ func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
 		t.Errorf("Shutdown took %v: it waited for the drain timeout instead of the request", d)
 	}
 }
+
+// The preStop hook's /drain, then SIGTERM: Shutdown still waits for the
+// request in flight instead of returning because a drain had begun.
+func TestShutdownAfterDrainWaitsForInFlight(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		w.Write([]byte("done"))
+	}))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
+	cfg.DrainTimeout = 5 * time.Second
+	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/inflight", nil)
+		req.Host = "echo"
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- string(b)
+	}()
+	<-entered
+	resp, err := http.Post("http://"+s.AdminAddrs()["admin"]+"/drain", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	time.Sleep(20 * time.Millisecond)
+	s.Shutdown()
+	if got := <-done; got != "done" {
+		t.Errorf("in-flight request across /drain then Shutdown got %q", got)
+	}
+}

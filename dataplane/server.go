@@ -89,12 +89,15 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	draining atomic.Bool
-	notReady atomic.Bool
-	conns    sync.WaitGroup
-	mainDone chan struct{}
-	started  time.Time
-	rnd      lb.Random // main loop only
-	admin    *adminServers
+	// drainOnce starts the drain; drained is closed once it is complete.
+	drainOnce sync.Once
+	drained   chan struct{}
+	notReady  atomic.Bool
+	conns     sync.WaitGroup
+	mainDone  chan struct{}
+	started   time.Time
+	rnd       lb.Random // main loop only
+	admin     *adminServers
 
 	mtlsStats mtlsStats
 }
@@ -186,7 +189,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{},
 		events: make(chan event, mainEventQueue), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
-		mainDone: make(chan struct{}), rnd: newRandom()}
+		mainDone: make(chan struct{}), drained: make(chan struct{}), rnd: newRandom()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -648,27 +651,28 @@ func (c *cluster) hostByID(id lb.HostID) *lb.Host {
 // Drain stops accepting, lets in-flight work finish for up to the
 // configured drain timeout, and closes idle upstream connections.
 func (s *Server) Drain() {
-	if !s.draining.CompareAndSwap(false, true) {
-		return
-	}
-	s.log.Info("draining")
-	s.closeAllListeners()
-	for _, w := range s.workers {
-		w.drain()
-	}
-	timeout := s.state.Load().cfg.DrainTimeout
-	done := make(chan struct{})
-	go func() {
-		s.conns.Wait()
-		// An HTTP/1 connection's serveConn returns once the worker's
-		// http.Server has it: its requests are counted per worker.
-		for s.inflightRequests() > 0 {
-			time.Sleep(10 * time.Millisecond)
+	s.drainOnce.Do(func() {
+		s.draining.Store(true)
+		s.log.Info("draining")
+		s.closeAllListeners()
+		for _, w := range s.workers {
+			w.drain()
 		}
-		close(done)
-	}()
+		go func() {
+			s.conns.Wait()
+			// An HTTP/1 connection's serveConn returns once the worker's
+			// http.Server has it: its requests are counted per worker.
+			for s.inflightRequests() > 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(s.drained)
+		}()
+	})
+	// Every caller waits: Shutdown after an earlier /drain (the preStop
+	// hook, then SIGTERM) must not cut what is still in flight.
+	timeout := s.state.Load().cfg.DrainTimeout
 	select {
-	case <-done:
+	case <-s.drained:
 	case <-time.After(timeout):
 		s.log.Warn("drain timeout: closing remaining connections", "timeout", timeout)
 	}
