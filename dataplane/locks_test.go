@@ -118,6 +118,9 @@ func workerLocal(fn string) bool {
 		"github.com/meshlet-dev/meshlet/dataplane.(*bufferPool)", "github.com/meshlet-dev/meshlet/dataplane.(*worker).report",
 		// one worker's HTTP/1.1 pool for one cluster (worker.transport)
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1Pool)",
+		// one downstream connection, one request's disconnect watch
+		"github.com/meshlet-dev/meshlet/dataplane.(*h1ServerConn)", "github.com/meshlet-dev/meshlet/dataplane.(*dcWatch)",
+		"github.com/meshlet-dev/meshlet/dataplane.(*worker).serveH1", "github.com/meshlet-dev/meshlet/dataplane.(*worker).drainH1",
 		// per-worker queues: contention among one worker's goroutines
 		"github.com/meshlet-dev/meshlet/dataplane.(*accessLogger).write",
 		"net/http.(*Transport)", "net/http.(*persistConn)", "net/http.(*conn)", "net/http.(*response)", "net/http.(*connReader)",

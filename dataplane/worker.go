@@ -46,14 +46,19 @@ type worker struct {
 	// inflight counts this worker's HTTP requests being served (Drain
 	// waits for them).
 	inflight atomic.Int64
-	httpSrv  *http.Server
-	h2       *http2.Server
+	// h1conns are the plaintext HTTP/1 connections serveH1 serves.
+	h1mu    sync.Mutex
+	h1conns map[*h1ServerConn]struct{}
+	date    atomic.Pointer[cachedDate]
+	httpSrv *http.Server
+	h2      *http2.Server
 }
 
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
 		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[requestKey]*requestStats{}}
 	w.events = make(chan event, workerEventQueue)
+	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
 	w.proxy = w.newReverseProxy()
 	w.httpConns = newChanListener()
@@ -163,15 +168,11 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 		})
 		c.Close()
 	case kind == kindHTTP1:
-		if !w.httpConns.push(sc) {
-			c.Close()
-		}
+		w.serveH1(sc)
 	case proto == config.ProtocolHTTP:
-		// An HTTP-only listener got something else: let the HTTP server
-		// answer 400 (it logs nothing; Envoy's DPE).
-		if !w.httpConns.push(sc) {
-			c.Close()
-		}
+		// An HTTP-only listener got something else: 400 and an
+		// access-log line flagged DPE.
+		w.serveH1(sc)
 	default:
 		w.proxyTCP(c, st, ls, info, br)
 	}
@@ -436,6 +437,7 @@ func closeIdle(t http.RoundTripper) {
 // closes idle upstream connections.
 func (w *worker) drain() {
 	w.httpSrv.SetKeepAlivesEnabled(false)
+	w.drainH1(false)
 	w.mu.Lock()
 	ts := make([]http.RoundTripper, 0, len(w.transports))
 	for _, t := range w.transports {
@@ -448,6 +450,7 @@ func (w *worker) drain() {
 }
 
 func (w *worker) close() {
+	w.drainH1(true)
 	w.httpConns.Close()
 	_ = w.httpSrv.Close()
 }

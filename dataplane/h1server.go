@@ -1,0 +1,587 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// The downstream HTTP/1.x server of plaintext connections (h1server.go).
+//
+// net/http's server starts, for every request, a goroutine that reads the
+// connection in the background so that a client going away cancels the
+// request (the DC flag), and stops it when the handler returns: a goroutine
+// start, a park and a wake-up per request, which the proxy benchmark showed
+// as a large part of the CPU at low load. This server reads requests with
+// net/http's parser on the connection's goroutine and serves them with the
+// same handler (worker.serveHTTP, ReverseProxy), and watches for the client
+// going away only once a request has taken longer than dcWatchDelay: most
+// requests are answered before.
+//
+// What it does as net/http does: keep-alive (HTTP/1.1 by default, HTTP/1.0
+// closes), Connection: close, request bodies by Content-Length or chunked
+// (unread rest drained up to maxDrainBody, else the connection closes),
+// Expect: 100-continue, a response framed by its Content-Length, else by
+// its size when the handler ends before 4 KiB, else chunked (HTTP/1.1) or
+// by closing (HTTP/1.0), trailers, HEAD, Upgrade through Hijack, a Date
+// header, header read and idle timeouts, draining. What it does as Envoy
+// does: headers over maxRequestHeaderBytes get 431 and malformed requests
+// 400, both with an access-log line flagged DPE.
+
+const (
+	// dcWatchDelay is how long a request runs before the connection is
+	// watched for the client going away.
+	dcWatchDelay = 2 * time.Millisecond
+	// maxRequestHeaderBytes is Envoy's default max_request_headers_kb.
+	maxRequestHeaderBytes = 60 << 10
+	// maxDrainBody is how much of an unread request body is skipped to
+	// keep the connection.
+	maxDrainBody        = 256 << 10
+	h1ReadHeaderTimeout = 30 * time.Second
+	h1IdleTimeout       = 5 * time.Minute
+)
+
+// h1Conn state shared with drain: idle while waiting for a request.
+type h1ServerConn struct {
+	w    *worker
+	sc   *sniffedConn
+	src  *h1Source
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	idle atomic.Bool
+}
+
+// h1Source feeds the request reader: what detection buffered, a byte the
+// disconnect watcher read, then the socket, with a byte limit while
+// headers are read.
+type h1Source struct {
+	first   *bufio.Reader
+	conn    net.Conn
+	pending []byte
+	limit   int // <0: none
+	hit     bool
+}
+
+func (s *h1Source) Read(p []byte) (int, error) {
+	if s.limit == 0 {
+		s.hit = true
+		return 0, io.EOF
+	}
+	if s.limit > 0 && len(p) > s.limit {
+		p = p[:s.limit]
+	}
+	var n int
+	var err error
+	switch {
+	case len(s.pending) > 0:
+		n = copy(p, s.pending)
+		s.pending = s.pending[n:]
+	case s.first != nil && s.first.Buffered() > 0:
+		n, err = s.first.Read(p)
+	default:
+		s.first = nil
+		n, err = s.conn.Read(p)
+	}
+	if s.limit > 0 {
+		s.limit -= n
+	}
+	return n, err
+}
+
+// serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
+func (w *worker) serveH1(sc *sniffedConn) {
+	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: sc.TCPConn, limit: -1}}
+	c.br = bufio.NewReaderSize(c.src, 4096)
+	c.bw = bufio.NewWriterSize(sc.TCPConn, 4096)
+	w.h1mu.Lock()
+	w.h1conns[c] = struct{}{}
+	w.h1mu.Unlock()
+	defer func() {
+		w.h1mu.Lock()
+		delete(w.h1conns, c)
+		w.h1mu.Unlock()
+		sc.Close()
+	}()
+	// One context per connection, as net/http's: requests derive from it,
+	// so their cancellation never touches the server-wide context.
+	// ServerContextKey tells ReverseProxy that a server recovers its
+	// ErrAbortHandler (a body copy that failed after the headers).
+	base, cancelConn := context.WithCancel(context.WithValue(context.WithValue(w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info))
+	defer cancelConn()
+	for {
+		c.idle.Store(true)
+		if w.s.draining.Load() {
+			return
+		}
+		_ = sc.SetReadDeadline(time.Now().Add(h1IdleTimeout))
+		_, err := c.br.Peek(1)
+		c.idle.Store(false)
+		if err != nil {
+			return
+		}
+		_ = sc.SetReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
+		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
+		req, err := http.ReadRequest(c.br)
+		c.src.limit = -1
+		_ = sc.SetReadDeadline(time.Time{})
+		if err != nil {
+			if !errors.Is(err, io.EOF) || c.src.hit {
+				c.badRequest(err)
+			}
+			return
+		}
+		if !c.serve(base, req) {
+			return
+		}
+	}
+}
+
+// serve runs one request; it reports whether the connection stays open.
+func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool) {
+	ctx, cancel := context.WithCancel(base)
+	defer cancel()
+	req = req.WithContext(ctx)
+	req.RemoteAddr = c.sc.info.src
+	watch := &dcWatch{c: c, cancel: cancel}
+	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if hasBody {
+		body := &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
+		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
+			body.rw = rw
+			req.Header.Del("Expect")
+		}
+		req.Body = body
+	} else {
+		watch.arm()
+	}
+	aborted := c.run(rw, req)
+	watch.stop()
+	if rw.hijacked {
+		return false
+	}
+	if aborted {
+		return false
+	}
+	rw.finish()
+	if rw.closeAfter || watch.gone {
+		return false
+	}
+	// What the handler left of the body is skipped, up to a limit.
+	if hasBody {
+		if n, _ := io.CopyN(io.Discard, req.Body, maxDrainBody+1); n > maxDrainBody {
+			return false
+		}
+		if b, ok := req.Body.(*h1ReqBody); ok && !b.eof {
+			return false
+		}
+	}
+	return true
+}
+
+// run calls the handler; it reports an abort (ReverseProxy's
+// http.ErrAbortHandler, or a panic, which is logged).
+func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			aborted = true
+			if r != http.ErrAbortHandler {
+				c.w.s.log.Error("http handler panic", "panic", fmt.Sprint(r), "uri", req.RequestURI)
+			}
+			if !rw.hijacked {
+				_ = c.bw.Flush()
+			}
+		}
+	}()
+	c.w.serveHTTP(rw, req)
+	return false
+}
+
+// badRequest answers a request that could not be read, with an access-log
+// line (Envoy's DPE).
+func (c *h1ServerConn) badRequest(err error) {
+	code, text := http.StatusBadRequest, "Bad Request"
+	if c.src.hit {
+		code, text = http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large"
+	}
+	_ = c.sc.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", code, text, len(text), text)
+	_ = c.bw.Flush()
+	info := c.sc.info
+	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "-", Path: "-", Protocol: "HTTP/1.1", ResponseCode: code, Flags: lb.FlagDPE,
+		UpstreamServiceTime: -1}
+	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: "http1.codec_error", failure: err.Error(), downstreamPeer: info.peer})
+}
+
+// h1ReqBody is a request body: at its end the disconnect watch is armed (the
+// connection may then be read), and a 100 Continue goes out before the
+// first read when the client asked for it.
+type h1ReqBody struct {
+	io.ReadCloser
+	onEOF func()
+	rw    *h1Writer // send 100 Continue first
+	eof   bool
+}
+
+func (b *h1ReqBody) Read(p []byte) (int, error) {
+	if b.rw != nil {
+		if !b.rw.committed {
+			_, _ = io.WriteString(b.rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")
+			_ = b.rw.c.bw.Flush()
+		}
+		b.rw = nil
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.eof {
+		b.eof = true
+		b.onEOF()
+	}
+	return n, err
+}
+
+// dcWatch notices a client that goes away during a slow request: armed
+// (once the request is read whole), it starts after dcWatchDelay a
+// goroutine that reads the connection; end of stream or an error cancels
+// the request (the handler then flags DC); a byte (the next pipelined
+// request) is kept for the reader.
+type dcWatch struct {
+	c      *h1ServerConn
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	timer  *time.Timer
+	done   chan struct{}
+	off    bool
+	gone   bool
+}
+
+func (d *dcWatch) arm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.off || d.timer != nil {
+		return
+	}
+	d.timer = time.AfterFunc(dcWatchDelay, d.start)
+}
+
+func (d *dcWatch) start() {
+	d.mu.Lock()
+	if d.off || d.c.br.Buffered() > 0 || len(d.c.src.pending) > 0 {
+		d.mu.Unlock()
+		return // stopped, or the client has already sent more
+	}
+	d.done = make(chan struct{})
+	d.mu.Unlock()
+	go func() {
+		defer close(d.done)
+		var b [1]byte
+		n, err := d.c.sc.TCPConn.Read(b[:])
+		if n > 0 {
+			d.c.src.pending = append(d.c.src.pending, b[:n]...)
+			return
+		}
+		if err != nil && !isDeadline(err) {
+			d.gone = true
+			d.cancel()
+		}
+	}()
+}
+
+// stop ends the watch before the connection is used again.
+func (d *dcWatch) stop() {
+	d.mu.Lock()
+	d.off = true
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	done := d.done
+	d.mu.Unlock()
+	if done != nil {
+		_ = d.c.sc.SetReadDeadline(aLongTimeAgo)
+		<-done
+		_ = d.c.sc.SetReadDeadline(time.Time{})
+	}
+}
+
+// h1Writer is the http.ResponseWriter of one request.
+type h1Writer struct {
+	c          *h1ServerConn
+	req        *http.Request
+	header     http.Header
+	status     int
+	wrote      bool // WriteHeader called
+	committed  bool // status line and headers in the buffer
+	buf        []byte
+	cl         int64 // declared Content-Length, -1 none
+	written    int64
+	chunked    bool
+	noBody     bool
+	closeAfter bool
+	hijacked   bool
+	trailers   []string // announced in the Trailer header
+	watch      *dcWatch
+}
+
+func (rw *h1Writer) Header() http.Header { return rw.header }
+
+func (rw *h1Writer) WriteHeader(code int) {
+	if rw.wrote || rw.hijacked {
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// Informational: goes out now, the final status follows.
+		fmt.Fprintf(rw.c.bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
+		_ = rw.header.Write(rw.c.bw)
+		_, _ = io.WriteString(rw.c.bw, "\r\n")
+		_ = rw.c.bw.Flush()
+		return
+	}
+	rw.status, rw.wrote = code, true
+}
+
+func (rw *h1Writer) Write(p []byte) (int, error) {
+	if rw.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if !rw.committed {
+		if bodyAllowed(rw.status) && len(rw.buf)+len(p) <= 4096 {
+			rw.buf = append(rw.buf, p...)
+			return len(p), nil
+		}
+		rw.commit(false)
+	}
+	return rw.writeBody(p)
+}
+
+func (rw *h1Writer) writeBody(p []byte) (int, error) {
+	if rw.noBody {
+		if rw.req.Method == http.MethodHead {
+			return len(p), nil
+		}
+		return 0, http.ErrBodyNotAllowed
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	rw.written += int64(len(p))
+	if rw.chunked {
+		fmt.Fprintf(rw.c.bw, "%x\r\n", len(p))
+		n, err := rw.c.bw.Write(p)
+		_, _ = io.WriteString(rw.c.bw, "\r\n")
+		return n, err
+	}
+	return rw.c.bw.Write(p)
+}
+
+// Flush sends what is buffered (http.Flusher).
+func (rw *h1Writer) Flush() {
+	if rw.hijacked {
+		return
+	}
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if !rw.committed {
+		rw.commit(false)
+	}
+	_ = rw.c.bw.Flush()
+}
+
+// Hijack hands the connection over (Upgrade, http.Hijacker): its reads
+// start with what the request reader had buffered.
+func (rw *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if rw.hijacked {
+		return nil, nil, http.ErrHijacked
+	}
+	rw.hijacked = true
+	// The watch must not read the connection any more; a byte it read
+	// is in the request reader's source.
+	rw.watch.stop()
+	_ = rw.c.bw.Flush()
+	conn := &hijackedConn{TCPConn: rw.c.sc.TCPConn, r: rw.c.br}
+	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, 16), rw.c.bw), nil
+}
+
+// hijackedConn reads through the request reader: its buffer, a byte the
+// watch read, then the socket.
+type hijackedConn struct {
+	*net.TCPConn
+	r *bufio.Reader
+}
+
+func (h *hijackedConn) Read(p []byte) (int, error) { return h.r.Read(p) }
+
+// WriteTo copies through Read: the embedded TCPConn's would skip the
+// buffered bytes.
+func (h *hijackedConn) WriteTo(w io.Writer) (int64, error) {
+	return io.Copy(w, struct{ io.Reader }{h})
+}
+
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && (status < 100 || status >= 200)
+}
+
+// commit writes the status line and headers, choosing the framing; final
+// says the handler is done (a buffered body then gets its length).
+func (rw *h1Writer) commit(final bool) {
+	rw.committed = true
+	h := rw.header
+	rw.cl = -1
+	if v := h.Get("Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			rw.cl = n
+		} else {
+			h.Del("Content-Length")
+		}
+	}
+	for _, v := range h["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				rw.trailers = append(rw.trailers, http.CanonicalHeaderKey(k))
+			}
+		}
+	}
+	http11 := rw.req.ProtoAtLeast(1, 1)
+	if rw.req.Close || !http11 || rw.c.w.s.draining.Load() {
+		rw.closeAfter = true
+	}
+	switch {
+	case !bodyAllowed(rw.status):
+		rw.noBody = true
+		h.Del("Content-Length")
+		h.Del("Transfer-Encoding")
+	case rw.req.Method == http.MethodHead:
+		rw.noBody = true
+		if rw.cl < 0 && final && len(rw.buf) > 0 {
+			h.Set("Content-Length", strconv.Itoa(len(rw.buf)))
+		}
+	case rw.cl >= 0:
+	case final && len(rw.trailers) == 0:
+		rw.cl = int64(len(rw.buf))
+		h.Set("Content-Length", strconv.Itoa(len(rw.buf)))
+	case http11:
+		rw.chunked = true
+		h.Set("Transfer-Encoding", "chunked")
+	default:
+		rw.closeAfter = true
+	}
+	if rw.closeAfter {
+		h.Set("Connection", "close")
+	}
+	if _, ok := h["Date"]; !ok {
+		h.Set("Date", rw.c.w.httpDate())
+	}
+	bw := rw.c.bw
+	text := http.StatusText(rw.status)
+	if text == "" {
+		text = "status code " + strconv.Itoa(rw.status)
+	}
+	_, _ = io.WriteString(bw, "HTTP/1.1 ")
+	_, _ = io.WriteString(bw, strconv.Itoa(rw.status))
+	_ = bw.WriteByte(' ')
+	_, _ = io.WriteString(bw, text)
+	_, _ = io.WriteString(bw, "\r\n")
+	for k, vv := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		for _, v := range vv {
+			_, _ = io.WriteString(bw, k)
+			_, _ = io.WriteString(bw, ": ")
+			_, _ = io.WriteString(bw, headerValue(v))
+			_, _ = io.WriteString(bw, "\r\n")
+		}
+	}
+	_, _ = io.WriteString(bw, "\r\n")
+	buf := rw.buf
+	rw.buf = nil
+	_, _ = rw.writeBody(buf)
+}
+
+// headerValue keeps a header value on one line.
+func headerValue(v string) string {
+	if strings.ContainsAny(v, "\r\n") {
+		return strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	return v
+}
+
+// finish ends the response: the buffered body with its length, the last
+// chunk with the trailers, the flush.
+func (rw *h1Writer) finish() {
+	if rw.hijacked {
+		return
+	}
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if !rw.committed {
+		rw.commit(true)
+	}
+	if rw.chunked {
+		_, _ = io.WriteString(rw.c.bw, "0\r\n")
+		for _, k := range rw.trailers {
+			for _, v := range rw.header[k] {
+				fmt.Fprintf(rw.c.bw, "%s: %s\r\n", k, headerValue(v))
+			}
+		}
+		for k, vv := range rw.header {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+				for _, v := range vv {
+					fmt.Fprintf(rw.c.bw, "%s: %s\r\n", name, headerValue(v))
+				}
+			}
+		}
+		_, _ = io.WriteString(rw.c.bw, "\r\n")
+	}
+	if !rw.noBody && rw.cl >= 0 && rw.written != rw.cl {
+		rw.closeAfter = true // short or long body: the framing is broken
+	}
+	if err := rw.c.bw.Flush(); err != nil {
+		rw.closeAfter = true
+	}
+}
+
+// httpDate is the Date header value, formatted once a second per worker.
+func (w *worker) httpDate() string {
+	now := time.Now().Unix()
+	if d := w.date.Load(); d != nil && d.sec == now {
+		return d.text
+	}
+	d := &cachedDate{sec: now, text: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	w.date.Store(d)
+	return d.text
+}
+
+type cachedDate struct {
+	sec  int64
+	text string
+}
+
+// drainH1 closes this worker's idle HTTP/1 connections (the busy ones
+// close after their response).
+func (w *worker) drainH1(force bool) {
+	w.h1mu.Lock()
+	defer w.h1mu.Unlock()
+	for c := range w.h1conns {
+		if force || c.idle.Load() {
+			_ = c.sc.SetReadDeadline(aLongTimeAgo)
+		}
+		if force {
+			c.sc.Close()
+		}
+	}
+}

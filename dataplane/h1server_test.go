@@ -1,0 +1,126 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawExchange writes raw bytes to the proxy's outbound listener and reads
+// what comes back until the proxy closes the connection or 2 s pass.
+func rawExchange(t *testing.T, s *Server, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// Malformed requests get 400 and oversized headers 431, each with an
+// access-log line flagged DPE, and the connection closes.
+func TestH1ServerBadRequests(t *testing.T) {
+	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
+	if got := rawExchange(t, s, "GET / HTTP/1.1\r\nHost: echo\r\nBad Header Line\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
+		t.Errorf("malformed header: %q", got)
+	}
+	logs.waitLine(t, `"- - HTTP/1.1" 400 DPE `, "http1.codec_error")
+	big := "GET / HTTP/1.1\r\nHost: echo\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n"
+	if got := rawExchange(t, s, big); !strings.HasPrefix(got, "HTTP/1.1 431 ") {
+		t.Errorf("70 KiB header: %q", tail(got, 200))
+	}
+	logs.waitLine(t, `"- - HTTP/1.1" 431 DPE `)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Framing: HTTP/1.0 gets its answer and a close; HEAD gets headers only;
+// two pipelined requests get two answers in order; a chunked upload
+// arrives whole; a request asking for 100 Continue gets it before its body
+// is read.
+func TestH1ServerFraming(t *testing.T) {
+	echo := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s body=%q", r.Method, r.URL.Path, b)
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(echo, "a"))))
+
+	got := rawExchange(t, s, "GET /old HTTP/1.0\r\nHost: echo\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "Connection: close") || !strings.HasSuffix(got, `GET /old body=""`) {
+		t.Errorf("HTTP/1.0: %q", got)
+	}
+	got = rawExchange(t, s, "HEAD /h HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.HasSuffix(got, "\r\n\r\n") {
+		t.Errorf("HEAD: %q", got)
+	}
+	got = rawExchange(t, s, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\nGET /two HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
+	if i, j := strings.Index(got, `GET /one body=""`), strings.Index(got, `GET /two body=""`); i < 0 || j < i {
+		t.Errorf("pipelined: %q", got)
+	}
+	got = rawExchange(t, s, "POST /up HTTP/1.1\r\nHost: echo\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+	if !strings.HasSuffix(got, `POST /up body="hello world"`) {
+		t.Errorf("chunked upload: %q", got)
+	}
+
+	// 100-continue: the body is sent only once the proxy says so.
+	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /ask HTTP/1.1\r\nHost: echo\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("before the body: %q %v", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "abc")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != `POST /ask body="abc"` {
+		t.Errorf("after 100 Continue: %d %q", resp.StatusCode, b)
+	}
+}
+
+// curl, a real client, through the proxy: a large upload (curl sends
+// Expect: 100-continue above 1 MiB) and a keep-alive reuse.
+func TestH1ServerCurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl is needed (.ci/run installs it): %v", err)
+	}
+	echo := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d\n", n)
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(echo, "a"))))
+	body := bytes.Repeat([]byte("x"), 3<<20)
+	cmd := exec.Command("curl", "-sS", "-H", "Host: echo", "--data-binary", "@-", proxyURL(s)+"/up", proxyURL(s)+"/up")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "3145728\n") {
+		t.Fatalf("curl upload: %v %q", err, out)
+	}
+}
