@@ -136,7 +136,10 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		c.src.limit = -1
 		_ = sc.SetReadDeadline(time.Time{})
 		if err != nil {
-			if !errors.Is(err, io.EOF) || c.src.hit {
+			// A client that closed or stalled mid-request gets nothing
+			// (nobody to answer, as net/http); anything else was sent and
+			// is malformed.
+			if c.src.hit || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isDeadline(err)) {
 				c.badRequest(err)
 			}
 			return
@@ -155,9 +158,9 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	req.RemoteAddr = c.sc.info.src
 	watch := &dcWatch{c: c, cancel: cancel}
 	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch}
-	hasBody := req.Body != nil && req.Body != http.NoBody
-	if hasBody {
-		body := &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
+	var body *h1ReqBody // kept here: the handler may replace req.Body
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
 		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			body.rw = rw
 			req.Header.Del("Expect")
@@ -178,12 +181,17 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	if rw.closeAfter || watch.gone {
 		return false
 	}
-	// What the handler left of the body is skipped, up to a limit.
-	if hasBody {
-		if n, _ := io.CopyN(io.Discard, req.Body, maxDrainBody+1); n > maxDrainBody {
+	// What the handler left of the body is skipped, up to a limit and a
+	// deadline. A client still waiting for its 100 Continue will not send
+	// the body: that connection closes.
+	if body != nil && !body.eof {
+		if body.rw != nil {
 			return false
 		}
-		if b, ok := req.Body.(*h1ReqBody); ok && !b.eof {
+		_ = c.sc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := io.CopyN(io.Discard, body.ReadCloser, maxDrainBody+1)
+		_ = c.sc.SetReadDeadline(time.Time{})
+		if n > maxDrainBody || err != io.EOF {
 			return false
 		}
 	}
@@ -226,15 +234,26 @@ func (c *h1ServerConn) badRequest(err error) {
 
 // h1ReqBody is a request body: at its end the disconnect watch is armed (the
 // connection may then be read), and a 100 Continue goes out before the
-// first read when the client asked for it.
+// first read when the client asked for it. Close does not drain (net/http's
+// would read all of an abandoned upload); serve skips a bounded rest.
 type h1ReqBody struct {
 	io.ReadCloser
-	onEOF func()
-	rw    *h1Writer // send 100 Continue first
-	eof   bool
+	onEOF  func()
+	rw     *h1Writer // send 100 Continue first
+	eof    bool
+	closed bool
+}
+
+// Close marks the body closed.
+func (b *h1ReqBody) Close() error {
+	b.closed = true
+	return nil
 }
 
 func (b *h1ReqBody) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
 	if b.rw != nil {
 		if !b.rw.committed {
 			_, _ = io.WriteString(b.rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")

@@ -124,3 +124,28 @@ func TestH1ServerCurl(t *testing.T) {
 		t.Fatalf("curl upload: %v %q", err, out)
 	}
 }
+
+// A request that asked for 100 Continue and got a final answer instead
+// (no route) is not waited for: the connection closes after the answer.
+func TestH1ServerExpectContinueRefused(t *testing.T) {
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
+	start := time.Now()
+	got := rawExchange(t, s, "POST /x HTTP/1.1\r\nHost: nowhere\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 404 ") || strings.Contains(got, "100 Continue") {
+		t.Errorf("answer: %q", got)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the connection stayed open %v waiting for a body the client would not send", d)
+	}
+}
+
+// A body the handler did not read (no route) is skipped: the next request
+// on the connection is answered, not parsed out of the body.
+func TestH1ServerUnreadBodySkipped(t *testing.T) {
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
+	got := rawExchange(t, s, "POST /x HTTP/1.1\r\nHost: nowhere\r\nContent-Length: 5\r\n\r\nGET /"+
+		"GET /again HTTP/1.1\r\nHost: nowhere\r\nConnection: close\r\n\r\n")
+	if strings.Count(got, "HTTP/1.1 404 ") != 2 || strings.Contains(got, " 400 ") {
+		t.Errorf("two answers expected: %q", got)
+	}
+}
