@@ -334,9 +334,11 @@ func TestServiceShortName(t *testing.T) {
 	}
 }
 
-// Shutdown (SIGTERM, /quitquitquit) drains first: an HTTP/1.1 request in
-// flight when it starts still gets its whole answer.
-func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
+// inFlight starts a server whose upstream takes 300 ms and one request
+// through it; it returns once the upstream has the request, with the
+// channel that gets the client's body (or error).
+func inFlight(t *testing.T) (*Server, <-chan string) {
+	t.Helper()
 	entered := make(chan struct{}, 1)
 	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
@@ -366,6 +368,13 @@ func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
 		done <- string(b)
 	}()
 	<-entered
+	return s, done
+}
+
+// Shutdown (SIGTERM, /quitquitquit) drains first: an HTTP/1.1 request in
+// flight when it starts still gets its whole answer.
+func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
+	s, done := inFlight(t)
 	start := time.Now()
 	s.Shutdown()
 	if got := <-done; got != "done" {
@@ -379,35 +388,7 @@ func TestShutdownFinishesInFlightHTTP1(t *testing.T) {
 // The preStop hook's /drain, then SIGTERM: Shutdown still waits for the
 // request in flight instead of returning because a drain had begun.
 func TestShutdownAfterDrainWaitsForInFlight(t *testing.T) {
-	entered := make(chan struct{}, 1)
-	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
-		w.Write([]byte("done"))
-	}))
-	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
-	cfg.DrainTimeout = 5 * time.Second
-	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/inflight", nil)
-		req.Host = "echo"
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
-		if err != nil {
-			done <- err.Error()
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		done <- string(b)
-	}()
-	<-entered
+	s, done := inFlight(t)
 	resp, err := http.Post("http://"+s.AdminAddrs()["admin"]+"/drain", "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
