@@ -52,7 +52,8 @@ const (
 	h1IdleTimeout       = 5 * time.Minute
 )
 
-// h1Conn state shared with drain: idle while waiting for a request.
+// h1ServerConn is one downstream HTTP/1 connection; idle (waiting for a
+// request) is read by drain.
 type h1ServerConn struct {
 	w    *worker
 	sc   *sniffedConn
@@ -410,13 +411,19 @@ func (rw *h1Writer) Flush() {
 	if rw.hijacked {
 		return
 	}
+	rw.start(false)
+	_ = rw.c.bw.Flush()
+}
+
+// start puts the status line and headers in the buffer if they are not
+// there yet (status 200 if none was set); final: the handler is done.
+func (rw *h1Writer) start(final bool) {
 	if !rw.wrote {
 		rw.WriteHeader(http.StatusOK)
 	}
 	if !rw.committed {
-		rw.commit(false)
+		rw.commit(final)
 	}
-	_ = rw.c.bw.Flush()
 }
 
 // Hijack hands the connection over (Upgrade, http.Hijacker): its reads
@@ -544,12 +551,7 @@ func (rw *h1Writer) finish() {
 	if rw.hijacked {
 		return
 	}
-	if !rw.wrote {
-		rw.WriteHeader(http.StatusOK)
-	}
-	if !rw.committed {
-		rw.commit(true)
-	}
+	rw.start(true)
 	if rw.chunked {
 		_, _ = io.WriteString(rw.c.bw, "0\r\n")
 		for _, k := range rw.trailers {

@@ -68,17 +68,24 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// toolsBin runs a tools script of this folder (which builds or finds cached
+// binaries and prints their folder) unless env names the folder already.
+func toolsBin(t testing.TB, env, script, what string) string {
+	t.Helper()
+	if d := os.Getenv(env); d != "" {
+		return d
+	}
+	out, err := exec.Command("bash", script).Output()
+	if err != nil {
+		t.Fatalf("e2e/%s (%s): %v", script, what, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // k8sBin builds (or finds cached) the control-plane binaries.
 func k8sBin(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("MESHLET_K8S_BIN"); d != "" {
-		return d
-	}
-	out, err := exec.Command("bash", "k8s-tools.sh").Output()
-	if err != nil {
-		t.Fatalf("e2e/k8s-tools.sh (builds etcd, kube-apiserver, kube-controller-manager, kubectl; ~10 min cold): %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return toolsBin(t, "MESHLET_K8S_BIN", "k8s-tools.sh", "builds etcd, kube-apiserver, kube-controller-manager, kubectl; ~10 min cold")
 }
 
 // StartCluster starts etcd, kube-apiserver and kube-controller-manager and

@@ -69,14 +69,7 @@ const (
 // installs containerd, runc and the CNI plugins if missing.
 func nodeBin(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("MESHLET_NODE_BIN"); d != "" {
-		return d
-	}
-	out, err := exec.Command("bash", "node-tools.sh").Output()
-	if err != nil {
-		t.Fatalf("e2e/node-tools.sh (kubelet, kube-scheduler, image packer; containerd, runc, CNI plugins from apt): %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return toolsBin(t, "MESHLET_NODE_BIN", "node-tools.sh", "kubelet, kube-scheduler, image packer; containerd, runc, CNI plugins from apt")
 }
 
 // run runs a command and fails the test with its output if it fails.

@@ -181,20 +181,11 @@ func TestRealNodesMesh(t *testing.T) {
 	}
 
 	// The client's app reaches the ClusterIP only through its sidecar.
-	var peers struct {
-		Results []struct {
-			Code  int    `json:"code"`
-			Body  string `json:"body"`
-			Error string `json:"error"`
-		} `json:"results"`
-	}
+	var peers []peerResult
 	answered := map[string]bool{}
 	for deadline := time.Now().Add(60 * time.Second); len(answered) < 3; time.Sleep(time.Second) {
-		b := httpGet(t, "http://"+clientPod.Status.PodIP+":8080/peers")
-		if err := json.Unmarshal([]byte(b), &peers); err != nil {
-			t.Fatalf("client /peers: %v: %s", err, b)
-		}
-		for _, r := range peers.Results {
+		peers = clientResults(t, clientPod.Status.PodIP)
+		for _, r := range peers {
 			if r.Code == 200 && strings.HasPrefix(r.Body, "pod=echo-") {
 				answered[strings.Fields(r.Body)[0]] = true
 				// The native sidecar was ready before the app started.
@@ -253,17 +244,7 @@ func TestRealNodesMesh(t *testing.T) {
 		}
 	}
 	answers := func(since time.Time) (names []string, failed int) {
-		var r struct {
-			Results []struct {
-				Code int    `json:"code"`
-				Body string `json:"body"`
-				Time string `json:"time"`
-			} `json:"results"`
-		}
-		if err := json.Unmarshal([]byte(httpGet(t, "http://"+clientPod.Status.PodIP+":8080/peers")), &r); err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range r.Results {
+		for _, x := range clientResults(t, clientPod.Status.PodIP) {
 			at, err := time.Parse(time.RFC3339Nano, x.Time)
 			if err != nil || at.Before(since) {
 				continue
@@ -414,6 +395,27 @@ func describeProbe(p *corev1.Pod) string {
 		}
 	}
 	return "none"
+}
+
+// peerResult is one GET of the echo client (its /peers).
+type peerResult struct {
+	Code  int    `json:"code"`
+	Body  string `json:"body"`
+	Error string `json:"error"`
+	Time  string `json:"time"`
+}
+
+// clientResults reads the echo client's recent GETs from its /peers.
+func clientResults(t *testing.T, ip string) []peerResult {
+	t.Helper()
+	b := httpGet(t, "http://"+ip+":8080/peers")
+	var r struct {
+		Results []peerResult `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(b), &r); err != nil {
+		t.Fatalf("client /peers: %v: %s", err, b)
+	}
+	return r.Results
 }
 
 // podLog is a container's log through the API server (the kubelet serves

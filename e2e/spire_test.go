@@ -19,11 +19,7 @@ import (
 // spireBin builds (or finds cached) spire-server and spire-agent.
 func spireBin(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("bash", "spire-tools.sh").Output()
-	if err != nil {
-		t.Fatalf("e2e/spire-tools.sh (builds spire-server and spire-agent v1.13.3 with cgo; ~10 min cold): %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return toolsBin(t, "MESHLET_SPIRE_BIN", "spire-tools.sh", "builds spire-server and spire-agent v1.13.3 with cgo; ~10 min cold")
 }
 
 // spire runs a SPIRE server and agent on loopback and a Unix socket

@@ -46,23 +46,15 @@ func run(args []string, out io.Writer) error {
 	sdsCA := fs.String("sds-ca", "", "PEM root of the SDS server's TLS certificate (default: -xds-ca)")
 	sdsToken := fs.String("sds-token", "", "file with the ServiceAccount token sent to the SDS server (default: -xds-token)")
 	identityFlag := fs.String("identity", "", "SPIFFE ID the sidecar requests by CSR (default with -pod: spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT; none with a unix -sds: the server delivers key and ID)")
-	defaultUID := bpf.DefaultProxyUID
-	if v := os.Getenv("MESHLET_PROXY_UID"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("run: MESHLET_PROXY_UID %q: want 0 (stay root) or a uid", v)
-		}
-		defaultUID = n
+	defaultUID, err := envCount("MESHLET_PROXY_UID", bpf.DefaultProxyUID, "0 (stay root) or a uid")
+	if err != nil {
+		return err
 	}
 	proxyUID := fs.Int("proxy-uid", defaultUID,
 		"with -redirect=ebpf: once the redirect is attached and the listeners registered, the sidecar switches to this uid and gid and drops every capability (default: MESHLET_PROXY_UID, else 1337); 0 stays root")
-	defaultConcurrency := 0
-	if v := os.Getenv("MESHLET_CONCURRENCY"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("run: MESHLET_CONCURRENCY %q: want a worker count (0: one per usable CPU)", v)
-		}
-		defaultConcurrency = n
+	defaultConcurrency, err := envCount("MESHLET_CONCURRENCY", 0, "a worker count (0: one per usable CPU)")
+	if err != nil {
+		return err
 	}
 	concurrency := fs.Int("concurrency", defaultConcurrency,
 		"workers at most, one per usable CPU below that (default: MESHLET_CONCURRENCY, which the injector sets to 2; 0: one per usable CPU)")
@@ -254,6 +246,20 @@ func run(args []string, out io.Writer) error {
 			return nil
 		}
 	}
+}
+
+// envCount reads a non-negative integer from the environment variable
+// name, def when it is unset; want says what a bad value should have been.
+func envCount(name string, def int, want string) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("run: %s %q: want %s", name, v, want)
+	}
+	return n, nil
 }
 
 // limitConcurrency caps the Go runtime's processors, and with them the
