@@ -162,8 +162,8 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
 		stop()
 		pc.conn.Close()
-		if ctxErr := req.Context().Err(); ctxErr != nil {
-			err = fmt.Errorf("%w (%w)", err, ctxErr)
+		if req.Context().Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, context.Cause(req.Context()))
 		}
 		return nil, nothing, err
 	}
@@ -201,7 +201,8 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		p.finish(pc, stop, keep)
 		return resp, false, nil
 	}
-	resp.Body = &h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep}
+	sized := resp.ContentLength > 0 && len(resp.TransferEncoding) == 0
+	resp.Body = &h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep, sized: sized}
 	return resp, false, nil
 }
 
@@ -286,7 +287,14 @@ type h1Body struct {
 	stop func() bool
 	keep bool
 	done bool
+	// sized: framed by Content-Length, so a read returns what the
+	// connection's buffer holds without waiting for more.
+	sized bool
 }
+
+// ready reports whether the next Read returns without waiting for the
+// upstream.
+func (b *h1Body) ready() bool { return b.done || (b.sized && b.pc.br.Buffered() > 0) }
 
 func (b *h1Body) Read(p []byte) (int, error) {
 	if b.done {

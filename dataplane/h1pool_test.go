@@ -211,39 +211,58 @@ func TestHTTPUpstreamResetMidBody(t *testing.T) {
 // A sized body that trickles: what has arrived reaches the client without
 // waiting for the rest (Envoy forwards data as it comes).
 func TestHTTPTricklingBodyIsForwarded(t *testing.T) {
-	rest := make(chan struct{})
-	addr := serveTCP(t, "127.0.0.12", func(c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
-		<-rest
-		io.WriteString(c, "world")
-	})
-	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
-	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/trickle", nil)
-	req.Host = "echo"
-	got := make(chan string, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		b := make([]byte, 5)
-		io.ReadFull(resp.Body, b)
-		got <- string(b)
-		io.ReadAll(resp.Body)
-	}()
-	select {
-	case b := <-got:
-		if b != "hello" {
-			t.Errorf("first bytes %q", b)
-		}
-	case <-time.After(3 * time.Second):
-		t.Error("the first half of the body did not reach the client before the rest was sent")
+	// The first half of each response body must reach the client while
+	// the upstream holds back the rest: a sized body on the pool (GET),
+	// one on the fallback transport (POST with a body), a chunked one.
+	for _, tc := range []struct {
+		name, method, head, first, rest string
+	}{
+		{"sized", http.MethodGet, "Content-Length: 10\r\n", "hello", "world"},
+		{"sized-fallback", http.MethodPost, "Content-Length: 10\r\n", "hello", "world"},
+		{"chunked", http.MethodGet, "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n", "5\r\nworld\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rest := make(chan struct{})
+			addr := serveTCP(t, "127.0.0.12", func(c net.Conn) {
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\n"+tc.head+"\r\n"+tc.first)
+				<-rest
+				io.WriteString(c, tc.rest)
+			})
+			s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
+			var body io.Reader
+			if tc.method == http.MethodPost {
+				body = strings.NewReader("upload")
+			}
+			req, _ := http.NewRequest(tc.method, proxyURL(s)+"/trickle", body)
+			req.Host = "echo"
+			got := make(chan string, 1)
+			go func() {
+				resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+				if err != nil {
+					got <- err.Error()
+					return
+				}
+				defer resp.Body.Close()
+				b := make([]byte, 5)
+				io.ReadFull(resp.Body, b)
+				got <- string(b)
+				io.ReadAll(resp.Body)
+			}()
+			select {
+			case b := <-got:
+				if b != "hello" {
+					t.Errorf("first bytes %q", b)
+				}
+			case <-time.After(3 * time.Second):
+				t.Error("the first half of the body did not reach the client before the rest was sent")
+			}
+			close(rest)
+		})
 	}
-	close(rest)
 }

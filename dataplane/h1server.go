@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,7 @@ const (
 	maxDrainBody        = 256 << 10
 	h1ReadHeaderTimeout = 30 * time.Second
 	h1IdleTimeout       = 5 * time.Minute
+	h1IdleSlack         = 30 * time.Second
 )
 
 // h1ServerConn is one downstream HTTP/1 connection; idle (waiting for a
@@ -61,6 +63,33 @@ type h1ServerConn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	idle atomic.Bool
+	// readDL is the read deadline last set by this connection's
+	// goroutines (drain's are not recorded: the connection then ends).
+	readDL time.Time
+}
+
+// setReadDeadline sets the connection's read deadline and records it.
+func (c *h1ServerConn) setReadDeadline(t time.Time) {
+	c.readDL = t
+	_ = c.sc.SetReadDeadline(t)
+}
+
+// armIdle makes the next request's read time out after h1IdleTimeout of
+// idleness, give or take h1IdleSlack: the deadline (a runtime timer,
+// whose every change may wake the network poller) is moved only once it
+// is h1IdleSlack old, not for every request.
+func (c *h1ServerConn) armIdle() {
+	now := time.Now()
+	if c.readDL.IsZero() || c.readDL.Sub(now) < h1IdleTimeout-h1IdleSlack {
+		c.setReadDeadline(now.Add(h1IdleTimeout))
+	}
+}
+
+// headerBuffered reports whether the read buffer holds a whole request
+// header block.
+func (c *h1ServerConn) headerBuffered() bool {
+	b, _ := c.br.Peek(c.br.Buffered())
+	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // h1Source feeds the request reader: what detection buffered, a byte the
@@ -125,17 +154,24 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if w.s.draining.Load() {
 			return
 		}
-		_ = sc.SetReadDeadline(time.Now().Add(h1IdleTimeout))
+		c.armIdle()
 		_, err := c.br.Peek(1)
 		c.idle.Store(false)
 		if err != nil {
 			return
 		}
-		_ = sc.SetReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
+		// A request whose header block has arrived whole (nearly all)
+		// is parsed without blocking: no header timeout to arm.
+		headerWait := !c.headerBuffered()
+		if headerWait {
+			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
+		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
 		req, err := http.ReadRequest(c.br)
 		c.src.limit = -1
-		_ = sc.SetReadDeadline(time.Time{})
+		if headerWait {
+			c.setReadDeadline(time.Time{})
+		}
 		if err != nil {
 			// A client that closed or stalled mid-request gets nothing
 			// (nobody to answer, as net/http); anything else was sent and
@@ -157,6 +193,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	defer cancel()
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.sc.info.src
+	if (req.Body != nil && req.Body != http.NoBody) || req.Header.Get("Upgrade") != "" {
+		// The idle deadline must not cut an upload or an upgraded stream.
+		c.setReadDeadline(time.Time{})
+	}
 	watch := &dcWatch{c: c, cancel: cancel}
 	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
@@ -189,9 +229,9 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 		if body.rw != nil {
 			return false
 		}
-		_ = c.sc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.setReadDeadline(time.Now().Add(5 * time.Second))
 		n, err := io.CopyN(io.Discard, body.ReadCloser, maxDrainBody+1)
-		_ = c.sc.SetReadDeadline(time.Time{})
+		c.setReadDeadline(time.Time{})
 		if n > maxDrainBody || err != io.EOF {
 			return false
 		}
@@ -271,15 +311,15 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 }
 
 // dcWatch notices a client that goes away during a slow request: armed
-// (once the request is read whole), it starts after dcWatchDelay a
-// goroutine that reads the connection; end of stream or an error cancels
+// (once the request is read whole), it starts after dcWatchDelay (on the
+// worker's clock: up to a clockTick later) a goroutine that reads the connection; end of stream or an error cancels
 // the request (the handler then flags DC); a byte (the next pipelined
 // request) is kept for the reader.
 type dcWatch struct {
 	c      *h1ServerConn
 	cancel context.CancelFunc
 	mu     sync.Mutex
-	timer  *time.Timer
+	alarm  *alarm
 	done   chan struct{}
 	off    bool
 	gone   bool
@@ -288,10 +328,10 @@ type dcWatch struct {
 func (d *dcWatch) arm() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.off || d.timer != nil {
+	if d.off || d.alarm != nil {
 		return
 	}
-	d.timer = time.AfterFunc(dcWatchDelay, d.start)
+	d.alarm = d.c.w.clock.after(dcWatchDelay, d.start)
 }
 
 func (d *dcWatch) start() {
@@ -305,14 +345,26 @@ func (d *dcWatch) start() {
 	go func() {
 		defer close(d.done)
 		var b [1]byte
-		n, err := d.c.sc.TCPConn.Read(b[:])
-		if n > 0 {
-			d.c.src.pending = append(d.c.src.pending, b[:n]...)
-			return
-		}
-		if err != nil && !isDeadline(err) {
-			d.gone = true
-			d.cancel()
+		for {
+			n, err := d.c.sc.TCPConn.Read(b[:])
+			if n > 0 {
+				d.c.src.pending = append(d.c.src.pending, b[:n]...)
+				return
+			}
+			if err != nil && !isDeadline(err) {
+				d.gone = true
+				d.cancel()
+				return
+			}
+			// A deadline: stop's, or the connection's idle deadline
+			// reached by a request that long: watch on without it.
+			d.mu.Lock()
+			if d.off {
+				d.mu.Unlock()
+				return
+			}
+			d.c.setReadDeadline(time.Time{})
+			d.mu.Unlock()
 		}
 	}()
 }
@@ -321,15 +373,15 @@ func (d *dcWatch) start() {
 func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
-	if d.timer != nil {
-		d.timer.Stop()
+	if d.alarm != nil {
+		d.alarm.stop()
 	}
 	done := d.done
 	d.mu.Unlock()
 	if done != nil {
 		_ = d.c.sc.SetReadDeadline(aLongTimeAgo)
 		<-done
-		_ = d.c.sc.SetReadDeadline(time.Time{})
+		d.c.setReadDeadline(time.Time{})
 	}
 }
 
@@ -436,6 +488,7 @@ func (rw *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// The watch must not read the connection any more; a byte it read
 	// is in the request reader's source.
 	rw.watch.stop()
+	rw.c.setReadDeadline(time.Time{})
 	_ = rw.c.bw.Flush()
 	conn := &hijackedConn{TCPConn: rw.c.sc.TCPConn, r: rw.c.br}
 	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, 16), rw.c.bw), nil

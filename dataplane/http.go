@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -42,6 +43,7 @@ type exchange struct {
 	host    string // the last upstream host tried
 	tried   []lb.HostID
 	grpc    bool
+	sw      *statusWriter // the downstream response
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
@@ -112,7 +114,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	cb := &countingBody{ReadCloser: req.Body}
 	req.Body = cb
 	st := w.s.state.Load()
-	ex := &exchange{w: w, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc")}
+	ex := &exchange{w: w, sw: sw, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc")}
 	if req.Header.Get("X-Request-Id") == "" {
 		req.Header.Set("X-Request-Id", w.requestID())
 	}
@@ -183,14 +185,15 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	ctx := context.WithValue(req.Context(), exchangeKey{}, ex)
 	if t := route.cfg.Timeout; t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, t, errRouteTimeout)
+		ctx, cancel = w.clock.withTimeout(ctx, t, errRouteTimeout)
 		defer cancel()
 	}
 	routeCtx = ctx
 	w.proxy.ServeHTTP(sw, req.WithContext(ctx))
 }
 
-var errRouteTimeout = errors.New("route timeout")
+// errRouteTimeout ends a request's context when its route timeout passes.
+var errRouteTimeout error = &timeoutError{"route timeout"}
 
 // midBodyFailure records why a response broke off after its headers: the
 // client went away (DC), the route timeout fired (UT), or else the
@@ -227,13 +230,14 @@ func (w *worker) newReverseProxy() *httputil.ReverseProxy {
 			pr.Out.Host = pr.In.Host
 		},
 		Transport: routerTransport{},
-		// Body bytes go to the client at most 1 ms after they arrive, as
-		// Envoy forwards them (a response that ends sooner still goes out
-		// in one write; 0 would hold a sized body in the 4 KiB buffer until
-		// it filled or ended; -1, a flush per write, cost 10-20 % more CPU
-		// per request at 1000 req/s). Streams (no Content-Length: gRPC,
-		// SSE) are flushed on every write regardless.
-		FlushInterval:  time.Millisecond,
+		// No periodic flush (its timer, armed for every response, woke
+		// the network poller): a response body flushes what was written
+		// downstream before a read that could wait for the upstream
+		// (flushingBody), so body bytes reach the client as they arrive,
+		// as Envoy forwards them, and a response that arrived whole goes
+		// out in one write. Streams without a Content-Length (gRPC, SSE)
+		// are also flushed on every write by ReverseProxy.
+		FlushInterval:  0,
 		ModifyResponse: keepTrailersOnly,
 		ErrorHandler:   w.proxyError,
 		BufferPool:     w.bufs,
@@ -493,6 +497,12 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
 	}
 	resp, err := w.transport(ex.cluster, kind).RoundTrip(out)
+	if err == nil && resp.ContentLength > 0 && resp.StatusCode != http.StatusSwitchingProtocols &&
+		!isEventStream(resp.Header.Get("Content-Type")) {
+		// (ReverseProxy flushes the others, streams, on every write, from
+		// a timer goroutine of its own too: no flush from here.)
+		resp.Body = &flushingBody{ReadCloser: resp.Body, sw: ex.sw}
+	}
 	if cancel != nil {
 		if err != nil {
 			cancel()
@@ -501,6 +511,34 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		}
 	}
 	return resp, err
+}
+
+// flushingBody is a sized upstream response body that, before a read
+// that may wait for the upstream, flushes what was already written downstream
+// (once the response headers were, so never for an attempt that is
+// retried). A sized HTTP/1.1 body with bytes in the connection's buffer
+// is read without waiting: no flush.
+type flushingBody struct {
+	io.ReadCloser
+	sw *statusWriter
+}
+
+func (b *flushingBody) Read(p []byte) (int, error) {
+	if b.sw.code != 0 {
+		if hb, ok := b.ReadCloser.(*h1Body); !ok || !hb.ready() {
+			b.sw.Flush()
+		}
+	}
+	return b.ReadCloser.Read(p)
+}
+
+// isEventStream is ReverseProxy's test for a Server-Sent Events response.
+func isEventStream(contentType string) bool {
+	if !strings.Contains(strings.ToLower(contentType), "event-stream") {
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == "text/event-stream"
 }
 
 type cancelBody struct {

@@ -116,7 +116,9 @@ func workerLocal(fn string) bool {
 	for _, p := range []string{
 		"github.com/meshlet-dev/meshlet/dataplane.(*worker)", "github.com/meshlet-dev/meshlet/dataplane.lockedRandom",
 		"github.com/meshlet-dev/meshlet/dataplane.(*bufferPool)", "github.com/meshlet-dev/meshlet/dataplane.(*worker).report",
-		// one worker's HTTP/1.1 pool for one cluster (worker.transport)
+		// one worker's HTTP/1.1 pool for one cluster (worker.transport),
+		// one worker's clock (worker.clock)
+		"github.com/meshlet-dev/meshlet/dataplane.(*clock)",
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1Pool)",
 		// one downstream connection, one request's disconnect watch
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1ServerConn)", "github.com/meshlet-dev/meshlet/dataplane.(*dcWatch)",

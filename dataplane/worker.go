@@ -50,6 +50,9 @@ type worker struct {
 	h1mu    sync.Mutex
 	h1conns map[*h1ServerConn]struct{}
 	date    atomic.Pointer[cachedDate]
+	// clock holds the request deadlines (route timeout, client-gone
+	// watch) without a runtime timer each.
+	clock   clock
 	httpSrv *http.Server
 	h2      *http2.Server
 }

@@ -1,0 +1,123 @@
+package dataplane
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// clock is a worker's coarse timer for the deadlines every request would
+// otherwise give the Go runtime: the route timeout and the start of the
+// client-gone watch. A runtime timer that becomes the earliest one wakes
+// the thread sleeping in the network poller (or starts another), which at
+// a steady 1000 req/s was a large part of the sidecar's CPU per request;
+// the clock arms one runtime timer per clockTick instead, and only while
+// alarms are set or were set within the last clockLinger.
+//
+// An alarm fires between its deadline and one tick later. Its function
+// runs on the clock's goroutine (it must not block); stop does not wait
+// for one that is running.
+type clock struct {
+	mu      sync.Mutex
+	due     []*alarm
+	timer   *time.Timer
+	running bool
+	last    time.Time // when the last alarm was set
+}
+
+// alarm is one deadline on a clock.
+type alarm struct {
+	when time.Time
+	fn   func()
+	off  atomic.Bool
+}
+
+const (
+	// clockTick is the clock's resolution.
+	clockTick = 5 * time.Millisecond
+	// clockLinger keeps the clock ticking after the last alarm was set,
+	// so that a steady request stream does not arm a runtime timer per
+	// request.
+	clockLinger = time.Second
+	// preciseBelow: shorter timeouts get a runtime timer of their own
+	// (the clock's resolution would be more than 5 % of them).
+	preciseBelow = 100 * time.Millisecond
+)
+
+// after sets fn to run once d has passed.
+func (c *clock) after(d time.Duration, fn func()) *alarm {
+	now := time.Now()
+	a := &alarm{when: now.Add(d), fn: fn}
+	c.mu.Lock()
+	c.due = append(c.due, a)
+	c.last = now
+	if !c.running {
+		c.running = true
+		if c.timer == nil {
+			c.timer = time.AfterFunc(clockTick, c.tick)
+		} else {
+			c.timer.Reset(clockTick)
+		}
+	}
+	c.mu.Unlock()
+	return a
+}
+
+// stop keeps the alarm from firing if it has not yet.
+func (a *alarm) stop() { a.off.Store(true) }
+
+func (c *clock) tick() {
+	now := time.Now()
+	var fire []*alarm
+	c.mu.Lock()
+	keep := c.due[:0]
+	for _, a := range c.due {
+		switch {
+		case a.off.Load():
+		case !now.Before(a.when):
+			fire = append(fire, a)
+		default:
+			keep = append(keep, a)
+		}
+	}
+	clear(c.due[len(keep):])
+	c.due = keep
+	if len(keep) == 0 && now.Sub(c.last) >= clockLinger {
+		c.running = false
+	} else {
+		c.timer.Reset(clockTick)
+	}
+	c.mu.Unlock()
+	for _, a := range fire {
+		if !a.off.Swap(true) {
+			a.fn()
+		}
+	}
+}
+
+// withTimeout is context.WithTimeoutCause on the clock: ctx ends with
+// cause once d has passed (within a tick), or when cancel is called.
+// Timeouts under preciseBelow get a runtime timer.
+func (c *clock) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	if d < preciseBelow {
+		return context.WithTimeoutCause(ctx, d, cause)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	a := c.after(d, func() { cancel(cause) })
+	return ctx, func() {
+		a.stop()
+		cancel(context.Canceled)
+	}
+}
+
+// timeoutError is a deadline that passed: it is a context.DeadlineExceeded
+// and a net.Error timeout, as the deadline of a runtime timer would be.
+type timeoutError struct{ what string }
+
+func (e *timeoutError) Error() string   { return e.what }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return true }
+
+// Is makes errors.Is(err, context.DeadlineExceeded) hold.
+func (e *timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }

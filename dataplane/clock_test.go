@@ -1,0 +1,83 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestClockAlarms(t *testing.T) {
+	var c clock
+	start := time.Now()
+	fired := make(chan time.Duration, 1)
+	c.after(20*time.Millisecond, func() { fired <- time.Since(start) })
+	var stopped atomic.Bool
+	a := c.after(20*time.Millisecond, func() { stopped.Store(true) })
+	a.stop()
+	select {
+	case d := <-fired:
+		if d < 20*time.Millisecond {
+			t.Errorf("alarm fired after %v, before its 20 ms", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("alarm did not fire")
+	}
+	// The stopped alarm was due at the same tick.
+	time.Sleep(3 * clockTick)
+	if stopped.Load() {
+		t.Error("a stopped alarm fired")
+	}
+	// With nothing due, the clock stops ticking after clockLinger.
+	deadline := time.Now().Add(clockLinger + 2*time.Second)
+	for {
+		c.mu.Lock()
+		running := c.running
+		c.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the clock still ticks with no alarm set for longer than clockLinger")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// And starts again for a new alarm.
+	c.after(time.Millisecond, func() { fired <- 0 })
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("alarm set on a stopped clock did not fire")
+	}
+}
+
+func TestClockWithTimeout(t *testing.T) {
+	var c clock
+	cause := &timeoutError{"test timeout"}
+	for _, d := range []time.Duration{10 * time.Millisecond, 150 * time.Millisecond} { // runtime timer, clock
+		ctx, cancel := c.withTimeout(context.Background(), d, cause)
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%v: context did not end", d)
+		}
+		if el := time.Since(start); el < d-time.Millisecond {
+			t.Errorf("%v: context ended after %v", d, el)
+		}
+		if got := context.Cause(ctx); got != cause {
+			t.Errorf("%v: cause %v", d, got)
+		}
+		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || !isDeadline(context.Cause(ctx)) {
+			t.Errorf("%v: the cause is not a deadline error", d)
+		}
+		cancel()
+	}
+	// Cancelled before the deadline: the cause is not the timeout.
+	ctx, cancel := c.withTimeout(context.Background(), time.Second, cause)
+	cancel()
+	if got := context.Cause(ctx); got == cause || ctx.Err() == nil {
+		t.Errorf("cancelled early: err %v, cause %v", ctx.Err(), got)
+	}
+}
