@@ -189,8 +189,8 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		break
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// The connection is the upgraded stream's now; ReverseProxy
-		// closes it when the request context ends.
+		// The connection is the upgraded stream's now; forward closes
+		// it when the request context ends.
 		stop()
 		resp.Body = &h1Upgraded{pc: pc}
 		return resp, false, nil

@@ -26,7 +26,7 @@ import (
 // start, a park and a wake-up per request, which the proxy benchmark showed
 // as a large part of the CPU at low load. This server reads requests with
 // net/http's parser on the connection's goroutine and serves them with the
-// same handler (worker.serveHTTP, ReverseProxy), and watches for the client
+// same handler (worker.serveHTTP, forward), and watches for the client
 // going away only once a request has taken longer than dcWatchDelay: most
 // requests are answered before.
 //
@@ -145,8 +145,9 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	}()
 	// One context per connection, as net/http's: requests derive from it,
 	// so their cancellation never touches the server-wide context.
-	// ServerContextKey tells ReverseProxy that a server recovers its
-	// ErrAbortHandler (a body copy that failed after the headers).
+	// ServerContextKey is set as net/http's server sets it; run recovers
+	// the handler's ErrAbortHandler (a body copy that failed after the
+	// headers).
 	base, cancelConn := context.WithCancel(context.WithValue(context.WithValue(w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info))
 	defer cancelConn()
 	for {
@@ -189,8 +190,8 @@ func (w *worker) serveH1(sc *sniffedConn) {
 
 // serve runs one request; it reports whether the connection stays open.
 func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool) {
-	ctx, cancel := context.WithCancel(base)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(base)
+	defer cancel(context.Canceled)
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.sc.info.src
 	if (req.Body != nil && req.Body != http.NoBody) || req.Header.Get("Upgrade") != "" {
@@ -198,7 +199,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 		c.setReadDeadline(time.Time{})
 	}
 	watch := &dcWatch{c: c, cancel: cancel}
-	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch}
+	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch, cancel: cancel}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
@@ -239,7 +240,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	return true
 }
 
-// run calls the handler; it reports an abort (ReverseProxy's
+// run calls the handler; it reports an abort (forward's
 // http.ErrAbortHandler, or a panic, which is logged).
 func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 	defer func() {
@@ -317,7 +318,7 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 // request) is kept for the reader.
 type dcWatch struct {
 	c      *h1ServerConn
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	mu     sync.Mutex
 	alarm  *alarm
 	done   chan struct{}
@@ -353,7 +354,7 @@ func (d *dcWatch) start() {
 			}
 			if err != nil && !isDeadline(err) {
 				d.gone = true
-				d.cancel()
+				d.cancel(context.Canceled)
 				return
 			}
 			// A deadline: stop's, or the connection's idle deadline
@@ -402,6 +403,9 @@ type h1Writer struct {
 	hijacked   bool
 	trailers   []string // announced in the Trailer header
 	watch      *dcWatch
+	// cancel ends the request's context with a cause (the route
+	// timeout's).
+	cancel context.CancelCauseFunc
 }
 
 func (rw *h1Writer) Header() http.Header { return rw.header }

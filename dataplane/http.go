@@ -10,7 +10,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"os"
 	"strconv"
@@ -29,8 +28,8 @@ import (
 // retry (Envoy's per-request buffer limit); bigger bodies are not retried.
 const maxRetryBody = 64 << 10
 
-// exchange is one downstream request's state, shared by the handler and the
-// router transport through the request context.
+// exchange is one downstream request's state, shared by the handler, the
+// forwarding and the router.
 type exchange struct {
 	w       *worker
 	route   *routeState
@@ -48,8 +47,6 @@ type exchange struct {
 	upMTLS       bool
 	upstreamPeer string
 }
-
-type exchangeKey struct{}
 
 // statusWriter records what was sent downstream.
 type statusWriter struct {
@@ -122,8 +119,8 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	defer func() {
 		r := recover()
 		if r == http.ErrAbortHandler {
-			// ReverseProxy aborts a response whose body copy failed, after
-			// its headers went out: say why, as Envoy's flags do.
+			// forward aborts a response whose body copy failed, after its
+			// headers went out: say why, as Envoy's flags do.
 			ex.midBodyFailure(req.Context(), routeCtx)
 		}
 		w.logHTTP(st, info, req, sw, cb.n, ex, start)
@@ -182,14 +179,19 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		ex.body = []byte{}
 	}
 
-	ctx := context.WithValue(req.Context(), exchangeKey{}, ex)
 	if t := route.cfg.Timeout; t > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = w.clock.withTimeout(ctx, t, errRouteTimeout)
-		defer cancel()
+		if hw, ok := rw.(*h1Writer); ok {
+			// The request's own context takes the timeout (no context
+			// of its own for it).
+			defer w.clock.timeout(t, func() { hw.cancel(errRouteTimeout) })()
+		} else {
+			ctx, cancel := w.clock.withTimeout(req.Context(), t, errRouteTimeout)
+			defer cancel()
+			req = req.WithContext(ctx)
+		}
 	}
-	routeCtx = ctx
-	w.proxy.ServeHTTP(sw, req.WithContext(ctx))
+	routeCtx = req.Context()
+	w.forward(sw, req, ex)
 }
 
 // errRouteTimeout ends a request's context when its route timeout passes.
@@ -219,66 +221,8 @@ func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 	}
 }
 
-// newReverseProxy is a worker's reverse proxy (safe for concurrent use,
-// built once): hop-by-hop headers, trailers, Upgrade and streaming come
-// from httputil; routing, retries and failures from routerTransport.
-func (w *worker) newReverseProxy() *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = "upstream" // the router transport sets the host per attempt
-			pr.Out.Host = pr.In.Host
-		},
-		Transport: routerTransport{},
-		// No periodic flush (its timer, armed for every response, woke
-		// the network poller): a response body flushes what was written
-		// downstream before a read that could wait for the upstream
-		// (flushingBody), so body bytes reach the client as they arrive,
-		// as Envoy forwards them, and a response that arrived whole goes
-		// out in one write. Streams without a Content-Length (gRPC, SSE)
-		// are also flushed on every write by ReverseProxy.
-		FlushInterval:  0,
-		ModifyResponse: keepTrailersOnly,
-		ErrorHandler:   w.proxyError,
-		BufferPool:     w.bufs,
-	}
-}
-
-// trailersOnly carries a gRPC trailers-only response (status in the only
-// HEADERS frame, no body) past ReverseProxy, whose early header flush
-// would split it into headers and an empty end of stream, which gRPC
-// clients reject.
-type trailersOnly struct{ resp *http.Response }
-
-func (trailersOnly) Error() string { return "grpc trailers-only response" }
-
-func keepTrailersOnly(resp *http.Response) error {
-	if resp.Header.Get("Grpc-Status") == "" || resp.ProtoMajor != 2 {
-		return nil
-	}
-	if resp.Body != http.NoBody && resp.ContentLength != 0 {
-		return nil
-	}
-	return trailersOnly{resp}
-}
-
 // proxyError turns the router's final error into Envoy's local reply.
-func (w *worker) proxyError(rw http.ResponseWriter, req *http.Request, err error) {
-	var to trailersOnly
-	if errors.As(err, &to) {
-		h := rw.Header()
-		for k, v := range to.resp.Header {
-			h[k] = v
-		}
-		rw.WriteHeader(to.resp.StatusCode)
-		to.resp.Body.Close()
-		return
-	}
-	ex, _ := req.Context().Value(exchangeKey{}).(*exchange)
-	if ex == nil {
-		http.Error(rw, err.Error(), http.StatusBadGateway)
-		return
-	}
+func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 	switch {
 	case ex.flags&lb.FlagDC != 0:
 		return // nobody to answer
@@ -357,23 +301,24 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 }
 
-// routerTransport is Envoy's router for one request: pick a host, try it
-// with the per-try timeout, decide about a retry, back off, try again.
-type routerTransport struct{}
-
-func (routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ex := req.Context().Value(exchangeKey{}).(*exchange)
-	w, c, route := ex.w, ex.cluster, ex.route
+// route is Envoy's router for one request: pick a host, try it with the
+// per-try timeout, decide about a retry, back off, try again.
+func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) {
+	c, route := ex.cluster, ex.route
 	policy := &route.cfg.Retry
 	var rs lb.RetryState
 	rs.Init(policy, lockedRandom{w})
 	maxSel := policy.HostSelectionRetryMaxAttempts
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			if ex.body == nil {
+			switch {
+			case ex.body == nil:
 				return nil, errNotReplayable
+			case len(ex.body) == 0:
+				req.Body = nil
+			default:
+				req.Body = io.NopCloser(bytes.NewReader(ex.body))
 			}
-			req.Body = io.NopCloser(bytes.NewReader(ex.body))
 		}
 		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel}
 		h, hc := w.pick(c, &pc)
@@ -459,9 +404,9 @@ func (ex *exchange) noRetry(d lb.RetryDecision) {
 }
 
 var (
-	errNoHealthyUpstream = errors.New("no healthy upstream")
-	errNotReplayable     = errors.New("request body too large to retry")
-	errPerTryTimeout     = errors.New("per try timeout")
+	errNoHealthyUpstream       = errors.New("no healthy upstream")
+	errNotReplayable           = errors.New("request body too large to retry")
+	errPerTryTimeout     error = &timeoutError{"per try timeout"}
 )
 
 func (w *worker) retryAllowed(c *cluster) bool {
@@ -470,14 +415,14 @@ func (w *worker) retryAllowed(c *cluster) bool {
 
 // tryOnce sends one attempt to h.
 func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry time.Duration) (*http.Response, error) {
-	// ReverseProxy hands the router its own copy of the request; only a
-	// per-try context (or a retry, whose earlier attempt the transport may
-	// still hold) needs another.
+	// The handler's request is the router's; only a per-try context (or
+	// a retry, whose earlier attempt the transport may still hold) needs
+	// a copy.
 	out := req
 	var cancel context.CancelFunc
 	if perTry > 0 {
 		var ctx context.Context
-		ctx, cancel = context.WithTimeoutCause(req.Context(), perTry, errPerTryTimeout)
+		ctx, cancel = w.clock.withTimeout(req.Context(), perTry, errPerTryTimeout)
 		out = req.Clone(ctx)
 	} else if len(ex.tried) > 1 {
 		out = req.Clone(req.Context())
@@ -497,48 +442,40 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
 	}
 	resp, err := w.transport(ex.cluster, kind).RoundTrip(out)
-	if err == nil && resp.ContentLength > 0 && resp.StatusCode != http.StatusSwitchingProtocols &&
-		!isEventStream(resp.Header.Get("Content-Type")) {
-		// (ReverseProxy flushes the others, streams, on every write, from
-		// a timer goroutine of its own too: no flush from here.)
-		resp.Body = &flushingBody{ReadCloser: resp.Body, sw: ex.sw}
-	}
 	if cancel != nil {
 		if err != nil {
 			cancel()
 		} else {
-			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				resp.Body = &cancelUpgraded{ReadWriteCloser: rwc, cancel: cancel}
+			} else {
+				resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			}
 		}
 	}
 	return resp, err
 }
 
-// flushingBody is a sized upstream response body that, before a read
-// that may wait for the upstream, flushes what was already written downstream
-// (once the response headers were, so never for an attempt that is
-// retried). A sized HTTP/1.1 body with bytes in the connection's buffer
-// is read without waiting: no flush.
-type flushingBody struct {
-	io.ReadCloser
-	sw *statusWriter
-}
-
-func (b *flushingBody) Read(p []byte) (int, error) {
-	if b.sw.code != 0 {
-		if hb, ok := b.ReadCloser.(*h1Body); !ok || !hb.ready() {
-			b.sw.Flush()
-		}
-	}
-	return b.ReadCloser.Read(p)
-}
-
-// isEventStream is ReverseProxy's test for a Server-Sent Events response.
+// isEventStream reports a Server-Sent Events response.
 func isEventStream(contentType string) bool {
 	if !strings.Contains(strings.ToLower(contentType), "event-stream") {
 		return false
 	}
 	mt, _, _ := mime.ParseMediaType(contentType)
 	return mt == "text/event-stream"
+}
+
+// cancelUpgraded is cancelBody for the connection of a 101 response,
+// still writable.
+type cancelUpgraded struct {
+	io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelUpgraded) Close() error {
+	err := b.ReadWriteCloser.Close()
+	b.cancel()
+	return err
 }
 
 type cancelBody struct {

@@ -72,6 +72,9 @@ func TestHopByHopHeadersAndRequestID(t *testing.T) {
 	req.Header.Set("Proxy-Connection", "keep-alive")
 	req.Header.Set("Keep-Alive", "timeout=1")
 	req.Header.Set("X-Kept", "k")
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	req.Header.Set("Te", "trailers, deflate")
+	req.Header.Set("User-Agent", "") // none sent
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +88,18 @@ func TestHopByHopHeadersAndRequestID(t *testing.T) {
 	}
 	if h.Get("X-Kept") != "k" {
 		t.Error("end-to-end header dropped")
+	}
+	// As through an Envoy sidecar (use_remote_address false): the
+	// client's X-Forwarded-For passes unchanged; TE keeps "trailers"
+	// only; no User-Agent is made up.
+	if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "203.0.113.7" {
+		t.Errorf("X-Forwarded-For at the upstream %q, want the client's", got)
+	}
+	if got := h.Get("Te"); got != "trailers" {
+		t.Errorf("TE at the upstream %q, want trailers", got)
+	}
+	if got, ok := h["User-Agent"]; ok {
+		t.Errorf("User-Agent %q added", got)
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(h.Get("X-Request-Id")) {
 		t.Errorf("x-request-id %q is not a UUID v4", h.Get("X-Request-Id"))

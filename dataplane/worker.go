@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strings"
 	"sync"
@@ -40,7 +39,6 @@ type worker struct {
 	// events queues this worker's request results for the main loop.
 	events chan event
 	bufs   *bufferPool
-	proxy  *httputil.ReverseProxy
 
 	httpConns *chanListener
 	// inflight counts this worker's HTTP requests being served (Drain
@@ -63,7 +61,6 @@ func newWorker(s *Server, id int) *worker {
 	w.events = make(chan event, workerEventQueue)
 	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
-	w.proxy = w.newReverseProxy()
 	w.httpConns = newChanListener()
 	w.httpSrv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),

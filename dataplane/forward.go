@@ -1,0 +1,280 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// forward sends a routed request upstream through the router (route) and
+// copies the response back: the HTTP work of Envoy's router filter. The
+// request is the handler's own and is changed in place (no copy per
+// request, as httputil.ReverseProxy makes, with its headers):
+//
+//   - hop-by-hop headers go (Connection and the headers it names,
+//     Proxy-Connection, Keep-Alive, Proxy-Authenticate,
+//     Proxy-Authorization, TE but "trailers", Trailer,
+//     Transfer-Encoding, Upgrade), in both directions; an Upgrade
+//     (WebSocket) request keeps "Connection: Upgrade" and its Upgrade;
+//   - X-Forwarded-For and the other end-to-end headers pass unchanged, as
+//     through an Envoy sidecar (use_remote_address false);
+//   - no User-Agent is added to a request that had none;
+//   - informational responses (1xx but 101) are not forwarded.
+//
+// Response bodies reach the client as they arrive: a sized body flushes
+// what was written before a read that may wait for the upstream (a
+// response that arrived whole goes out in one write); a stream (no
+// Content-Length, or Server-Sent Events) after every write, its headers at
+// once. Trailers follow the body. A body that breaks off after the
+// headers went out aborts the downstream response (http.ErrAbortHandler:
+// the connection or stream is reset, and serveHTTP flags why).
+func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange) {
+	if req.ContentLength == 0 {
+		req.Body = nil
+	}
+	req.Close = false
+	req.RequestURI = ""
+	req.URL.Scheme = "http"
+	req.URL.Host = "upstream" // route sets the host per attempt
+	h := req.Header
+	upType := upgradeType(h)
+	if upType != "" && !printable(upType) {
+		ex.details = "invalid_upgrade"
+		http.Error(rw, "invalid Upgrade header", http.StatusBadRequest)
+		return
+	}
+	teTrailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
+	removeHopByHop(h)
+	if teTrailers {
+		h.Set("Te", "trailers")
+	}
+	if upType != "" {
+		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", upType)
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // written as none
+	}
+
+	res, err := w.route(req, ex)
+	if err != nil {
+		w.proxyError(rw, ex, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		w.switchProtocols(rw, req, res, upType, ex)
+		return
+	}
+	if isTrailersOnly(res) {
+		// A gRPC trailers-only response: status in the only HEADERS
+		// frame, no body. Sent as headers alone (a separate empty end
+		// of stream would be rejected by gRPC clients).
+		dst := rw.Header()
+		for k, v := range res.Header {
+			dst[k] = v
+		}
+		rw.WriteHeader(res.StatusCode)
+		res.Body.Close()
+		return
+	}
+
+	removeHopByHop(res.Header)
+	dst := rw.Header()
+	for k, vv := range res.Header {
+		dst[k] = append(dst[k], vv...)
+	}
+	announced := len(res.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range res.Trailer {
+			keys = append(keys, k)
+		}
+		dst.Add("Trailer", strings.Join(keys, ", "))
+	}
+	rw.WriteHeader(res.StatusCode)
+	stream := res.ContentLength < 0 || isEventStream(res.Header.Get("Content-Type"))
+	if stream || announced > 0 {
+		// Headers at once; trailers need a chunked response, which an
+		// early flush forces.
+		ex.sw.Flush()
+	}
+	if err := w.copyBody(ex.sw, res.Body, stream); err != nil {
+		res.Body.Close()
+		panic(http.ErrAbortHandler)
+	}
+	res.Body.Close()
+	if len(res.Trailer) > 0 {
+		if len(res.Trailer) == announced {
+			for k, vv := range res.Trailer {
+				dst[k] = append(dst[k], vv...)
+			}
+		} else {
+			// Trailers the upstream did not announce.
+			for k, vv := range res.Trailer {
+				k = http.TrailerPrefix + k
+				for _, v := range vv {
+					dst.Add(k, v)
+				}
+			}
+		}
+	}
+}
+
+// copyBody copies a response body downstream with the flushes forward
+// describes.
+func (w *worker) copyBody(dst *statusWriter, body io.Reader, stream bool) error {
+	buf := w.bufs.Get()
+	defer w.bufs.Put(buf)
+	for {
+		if !stream && !bodyReady(body) {
+			dst.Flush()
+		}
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if stream {
+				dst.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// bodyReady reports whether a body's next Read returns without waiting for
+// the upstream (a sized HTTP/1.1 body with bytes in the connection's
+// buffer).
+func bodyReady(body io.Reader) bool {
+	b, ok := body.(*h1Body)
+	return ok && b.ready()
+}
+
+// switchProtocols completes an Upgrade: the upstream's 101 goes to the
+// client, then bytes are copied both ways until either side ends or the
+// request is cancelled.
+func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res *http.Response, reqUp string, ex *exchange) {
+	fail := func(msg string) {
+		res.Body.Close()
+		ex.details = "upgrade_failed"
+		w.localReply(rw, ex, http.StatusBadGateway, msg)
+	}
+	resUp := upgradeType(res.Header)
+	if !printable(resUp) {
+		fail("upstream switched to an invalid protocol")
+		return
+	}
+	if !strings.EqualFold(reqUp, resUp) {
+		fail(fmt.Sprintf("upstream switched to protocol %q when %q was requested", resUp, reqUp))
+		return
+	}
+	up, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		fail("upstream connection is not writable after 101")
+		return
+	}
+	dst := rw.Header()
+	for k, vv := range res.Header {
+		dst[k] = append(dst[k], vv...)
+	}
+	conn, brw, err := http.NewResponseController(rw).Hijack()
+	if err != nil {
+		fail("cannot switch protocols on this downstream connection")
+		return
+	}
+	defer conn.Close()
+	defer up.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-req.Context().Done():
+			up.Close()
+		case <-stop:
+		}
+	}()
+	res.Header = dst
+	res.Body = nil
+	if err := res.Write(brw); err != nil {
+		return
+	}
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	errc := make(chan error, 2)
+	go halfCopy(up, conn, errc)
+	go halfCopy(conn, up, errc)
+	if err := <-errc; err == nil {
+		<-errc
+	}
+}
+
+var errCopyDone = errors.New("upgraded stream copy done")
+
+// halfCopy copies one direction of an upgraded stream; at the source's
+// end it half-closes the destination (nil: the other direction goes on),
+// or reports errCopyDone where it cannot, which ends the stream.
+func halfCopy(dst io.Writer, src io.Reader, errc chan<- error) {
+	if _, err := io.Copy(dst, src); err != nil {
+		errc <- err
+		return
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		errc <- cw.CloseWrite()
+		return
+	}
+	errc <- errCopyDone
+}
+
+// upgradeType is the protocol an Upgrade asks for, if Connection says so.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// hopByHop are the headers of one connection (RFC 9110, 7.6.1), plus the
+// ones proxies have always treated so.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// removeHopByHop deletes the hop-by-hop headers and those Connection names.
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for sf := range strings.SplitSeq(v, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		delete(h, k)
+	}
+}
+
+// isTrailersOnly is a gRPC response carrying its status in its headers
+// alone.
+func isTrailersOnly(res *http.Response) bool {
+	return res.ProtoMajor == 2 && res.Header.Get("Grpc-Status") != "" && (res.Body == http.NoBody || res.ContentLength == 0)
+}
