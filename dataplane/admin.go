@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -353,6 +354,7 @@ func (s *Server) flatStats() []statValue {
 		out = append(out, statValue{"access_log.dropped", int64(a.dropped.Load())}, statValue{"access_log.written", int64(a.written.Load())})
 	}
 	out = append(out, statValue{"server.events_dropped", int64(s.dropped.Load())}, statValue{"server.concurrency", int64(len(s.workers))},
+		statValue{"server.go_processors", int64(runtime.GOMAXPROCS(0))},
 		statValue{"server.uptime", int64(time.Since(s.started).Seconds())})
 	return out
 }
@@ -438,7 +440,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		metric := "meshlet_" + strings.ReplaceAll(sv.name, ".", "_")
 		typ := prometheus.CounterValue
-		if strings.HasSuffix(sv.name, "concurrency") || strings.HasSuffix(sv.name, "uptime") {
+		if strings.HasSuffix(sv.name, "concurrency") || strings.HasSuffix(sv.name, "uptime") || strings.HasSuffix(sv.name, "go_processors") {
 			typ = prometheus.GaugeValue
 		} else {
 			metric += "_total"

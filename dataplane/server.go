@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +44,12 @@ type Options struct {
 	AccessLog io.Writer
 	// Workers overrides the number of workers (0: one per usable CPU).
 	Workers int
+	// AdaptiveProcs runs the Go runtime on one processor while the
+	// sidecar uses under a quarter of a CPU, and on all of them again
+	// (up to the count at Start) within 100 ms of using more: idle
+	// processors cost CPU per request at low load (see procScaler). It
+	// changes the whole process's GOMAXPROCS.
+	AdaptiveProcs bool
 	// LogLevel, when set, is the level the admin /logging endpoint
 	// changes (the caller's logger should read it).
 	LogLevel *slog.LevelVar
@@ -238,6 +245,9 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.mainLoop()
 	for _, w := range s.workers {
 		go s.forward(w)
+	}
+	if n := runtime.GOMAXPROCS(0); s.opts.AdaptiveProcs && n > 1 {
+		go newProcScaler(n, s.log).run(s.ctx)
 	}
 	s.startClusterLoops(st, nil)
 	if err := s.startAdmin(st.cfg); err != nil {

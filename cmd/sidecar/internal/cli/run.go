@@ -58,6 +58,14 @@ func run(args []string, out io.Writer) error {
 	}
 	concurrency := fs.Int("concurrency", defaultConcurrency,
 		"workers at most, one per usable CPU below that (default: MESHLET_CONCURRENCY, which the injector sets to 2; 0: one per usable CPU)")
+	defaultAdaptive := true
+	if v := os.Getenv("MESHLET_ADAPTIVE_PROCS"); v != "" {
+		if defaultAdaptive, err = strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("run: MESHLET_ADAPTIVE_PROCS %q: want true or false", v)
+		}
+	}
+	adaptiveProcs := fs.Bool("adaptive-procs", defaultAdaptive,
+		"run Go on one processor while the sidecar uses under a quarter of a CPU, on one per worker within 100 ms of using more (idle processors cost CPU per request at low load); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -101,7 +109,8 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != "" || *sdsAddr != ""}
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != "" || *sdsAddr != "",
+		AdaptiveProcs: *adaptiveProcs}
 	gate := &readiness{}
 	var sdsClient *sds.Client
 	if *xdsAddr != "" {
