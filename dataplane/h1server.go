@@ -97,7 +97,7 @@ func (c *h1ServerConn) headerBuffered() bool {
 // headers are read.
 type h1Source struct {
 	first   *bufio.Reader
-	conn    net.Conn
+	conn    io.Reader
 	pending []byte
 	limit   int // <0: none
 	hit     bool
@@ -131,9 +131,13 @@ func (s *h1Source) Read(p []byte) (int, error) {
 
 // serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
 func (w *worker) serveH1(sc *sniffedConn) {
-	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: sc.TCPConn, limit: -1}}
+	var sock io.ReadWriter = sc.TCPConn
+	if raw := newRawSocket(sc.TCPConn); raw != nil {
+		sock = raw
+	}
+	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: sock, limit: -1}}
 	c.br = bufio.NewReaderSize(c.src, 4096)
-	c.bw = bufio.NewWriterSize(sc.TCPConn, 4096)
+	c.bw = bufio.NewWriterSize(sock, 4096)
 	w.h1mu.Lock()
 	w.h1conns[c] = struct{}{}
 	w.h1mu.Unlock()

@@ -633,25 +633,32 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 		return nil, ce
 	}
 	st.gauge(gUpstreamCxActive, 1)
-	return &countedConn{Conn: conn, c: c, st: st}, nil
+	cc := &countedConn{Conn: conn, raw: conn, c: c, st: st}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		if raw := newRawSocket(tc); raw != nil {
+			cc.raw = raw
+		}
+	}
+	return cc, nil
 }
 
 // countedConn keeps the connection gauges and byte counters.
 type countedConn struct {
 	net.Conn
+	raw  io.ReadWriter // the socket's raw reads and writes (rawSocket), or Conn
 	c    *cluster
 	st   *clusterStats
 	once sync.Once
 }
 
 func (cc *countedConn) Read(p []byte) (int, error) {
-	n, err := cc.Conn.Read(p)
+	n, err := cc.raw.Read(p)
 	cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
 	return n, err
 }
 
 func (cc *countedConn) Write(p []byte) (int, error) {
-	n, err := cc.Conn.Write(p)
+	n, err := cc.raw.Write(p)
 	cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
 	return n, err
 }
