@@ -57,7 +57,7 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 		h.Set("Upgrade", upType)
 	}
 	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""} // written as none
+		h["User-Agent"] = noUserAgent // written as none
 	}
 
 	res, err := w.route(req, ex)
@@ -85,7 +85,11 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	removeHopByHop(res.Header)
 	dst := rw.Header()
 	for k, vv := range res.Header {
-		dst[k] = append(dst[k], vv...)
+		if len(dst[k]) == 0 {
+			dst[k] = vv // the response is ours: share its values
+		} else {
+			dst[k] = append(dst[k], vv...)
+		}
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {
@@ -234,6 +238,11 @@ func halfCopy(dst io.Writer, src io.Reader, errc chan<- error) {
 	}
 	errc <- errCopyDone
 }
+
+// noUserAgent is the User-Agent value net/http writes as no header (one
+// shared slice: header values are replaced or appended to, never changed
+// in place).
+var noUserAgent = []string{""}
 
 // upgradeType is the protocol an Upgrade asks for, if Connection says so.
 func upgradeType(h http.Header) string {
