@@ -55,7 +55,7 @@ func TestClockAlarms(t *testing.T) {
 func TestClockWithTimeout(t *testing.T) {
 	var c clock
 	cause := &timeoutError{"test timeout"}
-	for _, d := range []time.Duration{10 * time.Millisecond, 150 * time.Millisecond} { // runtime timer, clock
+	for _, d := range []time.Duration{10 * time.Millisecond, preciseBelow + 50*time.Millisecond} { // runtime timer, clock
 		ctx, cancel := c.withTimeout(context.Background(), d, cause)
 		start := time.Now()
 		select {
