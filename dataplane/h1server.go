@@ -131,13 +131,9 @@ func (s *h1Source) Read(p []byte) (int, error) {
 
 // serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
 func (w *worker) serveH1(sc *sniffedConn) {
-	var sock io.ReadWriter = sc.TCPConn
-	if raw := newRawSocket(sc.TCPConn); raw != nil {
-		sock = raw
-	}
-	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: sock, limit: -1}}
+	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: socketIO(sc.TCPConn), limit: -1}}
 	c.br = bufio.NewReaderSize(c.src, 4096)
-	c.bw = bufio.NewWriterSize(sock, 4096)
+	c.bw = bufio.NewWriterSize(sc.w, 4096)
 	w.h1mu.Lock()
 	w.h1conns[c] = struct{}{}
 	w.h1mu.Unlock()

@@ -635,9 +635,7 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 	st.gauge(gUpstreamCxActive, 1)
 	cc := &countedConn{Conn: conn, raw: conn, c: c, st: st}
 	if tc, ok := conn.(*net.TCPConn); ok {
-		if raw := newRawSocket(tc); raw != nil {
-			cc.raw = raw
-		}
+		cc.raw = socketIO(tc)
 	}
 	return cc, nil
 }

@@ -37,6 +37,14 @@ type rawSocket struct {
 	writeFn func(fd uintptr) bool
 }
 
+// socketIO is c's raw socket, or c where it has none.
+func socketIO(c *net.TCPConn) io.ReadWriter {
+	if s := newRawSocket(c); s != nil {
+		return s
+	}
+	return c
+}
+
 func newRawSocket(c *net.TCPConn) *rawSocket {
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -155,10 +156,10 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 		return
 	}
 	if br == nil {
-		br = bufio.NewReaderSize(c, 4096)
+		br = bufio.NewReaderSize(socketIO(c), 4096)
 	}
 	kind := detect(c, br, ls.cfg.DetectionTimeout)
-	sc := &sniffedConn{TCPConn: c, r: br, info: info}
+	sc := &sniffedConn{TCPConn: c, r: br, w: socketIO(c), info: info}
 	switch {
 	case kind == kindHTTP2:
 		w.h2.ServeConn(sc, &http2.ServeConnOpts{
@@ -248,10 +249,12 @@ func classify(b []byte, _ bool) protoKind {
 type sniffedConn struct {
 	*net.TCPConn
 	r    *bufio.Reader
+	w    io.Writer // the socket's raw writes (socketIO)
 	info connInfo
 }
 
-func (c *sniffedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *sniffedConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *sniffedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // chanListener feeds detected HTTP/1 connections to a worker's http.Server.
 type chanListener struct {
