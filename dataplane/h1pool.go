@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/sys/unix"
 )
 
@@ -167,8 +169,10 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		}
 		return nil, nothing, err
 	}
-	if err := req.Write(pc.bw); err != nil {
-		return fail(err, true)
+	if !writeRequestHead(pc.bw, req) {
+		if err := req.Write(pc.bw); err != nil {
+			return fail(err, true)
+		}
 	}
 	if err := pc.bw.Flush(); err != nil {
 		return fail(err, true)
@@ -204,6 +208,62 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	sized := resp.ContentLength > 0 && len(resp.TransferEncoding) == 0
 	resp.Body = &h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep, sized: sized}
 	return resp, false, nil
+}
+
+// writeRequestHead writes a request without a body as net/http's
+// Request.Write would (request line, Host, Content-Length: 0 for the
+// methods that carry a body, the headers on one line each, no
+// User-Agent of its own), without its per-request allocations (a
+// transfer writer, sorted header copies). It reports false, having
+// written nothing, for a request it leaves to Request.Write: CONNECT, an
+// opaque URL, an invalid Host, a body.
+func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
+	host := req.Host
+	if host == "" && req.URL != nil {
+		host = req.URL.Host
+	}
+	if req.Body != nil || req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
+		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
+		return false
+	}
+	_, _ = bw.WriteString(req.Method)
+	_ = bw.WriteByte(' ')
+	_, _ = bw.WriteString(req.URL.RequestURI())
+	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = bw.WriteString(host)
+	_, _ = bw.WriteString("\r\n")
+	if ua := req.Header["User-Agent"]; ua == nil {
+		_, _ = bw.WriteString("User-Agent: Go-http-client/1.1\r\n")
+	} else if ua[0] != "" {
+		writeHeaderLine(bw, "User-Agent", ua[0])
+	}
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+		_, _ = bw.WriteString("Content-Length: 0\r\n")
+	}
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeHeaderLine(bw, k, v)
+		}
+	}
+	_, _ = bw.WriteString("\r\n")
+	return true
+}
+
+// writeHeaderLine writes "k: v", the value trimmed and kept on one line
+// as net/http writes it.
+func writeHeaderLine(bw *bufio.Writer, k, v string) {
+	_, _ = bw.WriteString(k)
+	_, _ = bw.WriteString(": ")
+	_, _ = bw.WriteString(headerValue(strings.Trim(v, " \t")))
+	_, _ = bw.WriteString("\r\n")
 }
 
 // finish returns pc to the pool if the exchange ended cleanly (keep) and

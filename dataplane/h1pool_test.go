@@ -2,10 +2,12 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -264,5 +266,63 @@ func TestHTTPTricklingBodyIsForwarded(t *testing.T) {
 			}
 			close(rest)
 		})
+	}
+}
+
+// writeRequestHead must put on the wire what Request.Write would, for the
+// requests it takes.
+func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
+	mk := func(method, target string, h http.Header) *http.Request {
+		req, err := http.NewRequest(method, target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, vv := range h {
+			req.Header[k] = vv
+		}
+		return req
+	}
+	cases := []*http.Request{
+		mk(http.MethodGet, "http://echo/a/b?x=1&y=%2F", http.Header{"X-Request-Id": {"r1"}, "Accept": {"a", "b"}}),
+		mk(http.MethodPost, "http://echo:8080/form", http.Header{"User-Agent": {"curl/8"}}),
+		mk(http.MethodDelete, "http://10.96.0.10/item/7", http.Header{"User-Agent": {""}, "X-Sp": {"  padded\t"}}),
+		mk(http.MethodGet, "http://[fd00::1]:80/", http.Header{"X-Folded": {"one\r\ntwo"}}),
+		mk(http.MethodPut, "http://echo/p%20q", nil),
+	}
+	for _, req := range cases {
+		var ours, theirs bytes.Buffer
+		bw := bufio.NewWriter(&ours)
+		if !writeRequestHead(bw, req) {
+			t.Fatalf("%s %s: not taken", req.Method, req.URL)
+		}
+		bw.Flush()
+		if err := req.Write(&theirs); err != nil {
+			t.Fatal(err)
+		}
+		a, err := http.ReadRequest(bufio.NewReader(&ours))
+		if err != nil {
+			t.Fatalf("%s %s: ours does not parse: %v\n%s", req.Method, req.URL, err, ours.String())
+		}
+		b, err := http.ReadRequest(bufio.NewReader(&theirs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Method != b.Method || a.RequestURI != b.RequestURI || a.Host != b.Host || a.ContentLength != b.ContentLength ||
+			!reflect.DeepEqual(a.Header, b.Header) {
+			t.Errorf("%s %s:\nours   %s %s %s %d %v\ntheirs %s %s %s %d %v", req.Method, req.URL,
+				a.Method, a.RequestURI, a.Host, a.ContentLength, a.Header, b.Method, b.RequestURI, b.Host, b.ContentLength, b.Header)
+		}
+	}
+	// Left to Request.Write: a body, CONNECT, Connection: close.
+	withBody, _ := http.NewRequest(http.MethodPost, "http://echo/", strings.NewReader("x"))
+	connect := mk(http.MethodConnect, "http://echo:443", nil)
+	closing := mk(http.MethodGet, "http://echo/", nil)
+	closing.Close = true
+	for _, req := range []*http.Request{withBody, connect, closing} {
+		var buf bytes.Buffer
+		bw := bufio.NewWriter(&buf)
+		if writeRequestHead(bw, req) || bw.Buffered() > 0 {
+			t.Errorf("%s %s (close %v): taken", req.Method, req.URL, req.Close)
+		}
 	}
 }
