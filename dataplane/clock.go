@@ -50,8 +50,15 @@ const (
 
 // after sets fn to run once d has passed.
 func (c *clock) after(d time.Duration, fn func()) *alarm {
+	a := &alarm{fn: fn}
+	c.set(a, d)
+	return a
+}
+
+// set arms a (its fn set, not armed before) to fire once d has passed.
+func (c *clock) set(a *alarm, d time.Duration) {
 	now := time.Now()
-	a := &alarm{when: now.Add(d), fn: fn}
+	a.when = now.Add(d)
 	c.mu.Lock()
 	c.due = append(c.due, a)
 	c.last = now
@@ -64,7 +71,6 @@ func (c *clock) after(d time.Duration, fn func()) *alarm {
 		}
 	}
 	c.mu.Unlock()
-	return a
 }
 
 // stop keeps the alarm from firing if it has not yet.

@@ -320,7 +320,8 @@ type dcWatch struct {
 	c      *h1ServerConn
 	cancel context.CancelCauseFunc
 	mu     sync.Mutex
-	alarm  *alarm
+	alarm  alarm
+	armed  bool
 	done   chan struct{}
 	off    bool
 	gone   bool
@@ -329,10 +330,12 @@ type dcWatch struct {
 func (d *dcWatch) arm() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.off || d.alarm != nil {
+	if d.off || d.armed {
 		return
 	}
-	d.alarm = d.c.w.clock.after(dcWatchDelay, d.start)
+	d.armed = true
+	d.alarm.fn = d.start
+	d.c.w.clock.set(&d.alarm, dcWatchDelay)
 }
 
 func (d *dcWatch) start() {
@@ -374,7 +377,7 @@ func (d *dcWatch) start() {
 func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
-	if d.alarm != nil {
+	if d.armed {
 		d.alarm.stop()
 	}
 	done := d.done
@@ -433,7 +436,10 @@ func (rw *h1Writer) Write(p []byte) (int, error) {
 		rw.WriteHeader(http.StatusOK)
 	}
 	if !rw.committed {
-		if bodyAllowed(rw.status) && len(rw.buf)+len(p) <= 4096 {
+		// A body without a Content-Length is held (up to 4 KiB) so that
+		// a handler that ends soon gets one; a sized body goes straight
+		// to the connection's buffer.
+		if _, sized := rw.header["Content-Length"]; !sized && bodyAllowed(rw.status) && len(rw.buf)+len(p) <= 4096 {
 			rw.buf = append(rw.buf, p...)
 			return len(p), nil
 		}
