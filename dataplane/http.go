@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -444,6 +445,11 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 	resp, err := w.transport(ex.cluster, kind).RoundTrip(out)
 	if cancel != nil {
 		if err != nil {
+			// A transport reports its context's end as context.Canceled
+			// (the worker clock's per-try timeout cancels it): say why.
+			if !errors.Is(err, errPerTryTimeout) && errors.Is(context.Cause(out.Context()), errPerTryTimeout) {
+				err = fmt.Errorf("%w: %w", errPerTryTimeout, err)
+			}
 			cancel()
 		} else {
 			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {

@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -283,5 +285,55 @@ func TestHTTPConnectionCircuitBreakers(t *testing.T) {
 	logs.waitLine(t, `"GET /needs-a-second HTTP/1.1" 503 UO `)
 	if got := stat(t, s, "cluster.echo.upstream_cx_overflow"); got != 1 {
 		t.Errorf("upstream_cx_overflow = %d", got)
+	}
+}
+
+// A per-try timeout, on a runtime timer (under preciseBelow) and on the
+// worker clock, through the pool (GET) and the fallback transport (a
+// POST with a body): 504, UT, upstream_per_try_timeout.
+func TestHTTPPerTryTimeout(t *testing.T) {
+	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	}))
+	for _, tc := range []struct {
+		method  string
+		perTry  time.Duration
+		timeout bool
+	}{
+		{http.MethodGet, 200 * time.Millisecond, false},
+		{http.MethodGet, preciseBelow + 100*time.Millisecond, true},
+		{http.MethodPost, preciseBelow + 100*time.Millisecond, true},
+	} {
+		t.Run(fmt.Sprintf("%s/%v", tc.method, tc.perTry), func(t *testing.T) {
+			cfg := testConfig(lb.RetryPolicy{PerTryTimeout: tc.perTry}, testCluster("echo", endpoint(slow, "a")))
+			s, logs := startServer(t, cfg)
+			var body io.Reader
+			if tc.method == http.MethodPost {
+				body = strings.NewReader("upload")
+			}
+			req, _ := http.NewRequest(tc.method, proxyURL(s)+"/try", body)
+			req.Host = "echo"
+			start := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if d := time.Since(start); d < tc.perTry || d > tc.perTry+2*time.Second {
+				t.Errorf("answered after %v, per-try timeout %v", d, tc.perTry)
+			}
+			if resp.StatusCode != 504 || string(b) != "upstream request timeout" {
+				t.Errorf("got %d %q", resp.StatusCode, b)
+			}
+			logs.waitLine(t, `"`+tc.method+` /try HTTP/1.1" 504 UT `, " upstream_per_try_timeout ")
+			if got := stat(t, s, "cluster.echo.upstream_rq_per_try_timeout"); got != 1 {
+				t.Errorf("upstream_rq_per_try_timeout = %d", got)
+			}
+		})
 	}
 }
