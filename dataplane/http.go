@@ -453,7 +453,7 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 			cancel()
 		} else {
 			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-				resp.Body = &cancelUpgraded{ReadWriteCloser: rwc, cancel: cancel}
+				resp.Body = &cancelUpgraded{cancelBody: cancelBody{ReadCloser: rwc, cancel: cancel}, w: rwc}
 			} else {
 				resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 			}
@@ -474,15 +474,11 @@ func isEventStream(contentType string) bool {
 // cancelUpgraded is cancelBody for the connection of a 101 response,
 // still writable.
 type cancelUpgraded struct {
-	io.ReadWriteCloser
-	cancel context.CancelFunc
+	cancelBody
+	w io.Writer
 }
 
-func (b *cancelUpgraded) Close() error {
-	err := b.ReadWriteCloser.Close()
-	b.cancel()
-	return err
-}
+func (b *cancelUpgraded) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 type cancelBody struct {
 	io.ReadCloser

@@ -36,25 +36,32 @@ func TestWebSocketUpgradePassthrough(t *testing.T) {
 		brw.WriteString("echo:" + line)
 		brw.Flush()
 	}))
-	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(ws, "a"))))
-	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-	if err != nil {
-		t.Fatal(err)
+	// With a per-try timeout the upgraded stream outlives its attempt's
+	// context.
+	for _, retry := range []lb.RetryPolicy{noRetry, {PerTryTimeout: 200 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("per-try=%v", retry.PerTryTimeout), func(t *testing.T) {
+			s, logs := startServer(t, testConfig(retry, testCluster("echo", endpoint(ws, "a"))))
+			c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: echo\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 101 {
+				t.Fatalf("upgrade response %v %v", resp, err)
+			}
+			time.Sleep(2 * retry.PerTryTimeout) // past the attempt's deadline
+			fmt.Fprint(c, "hello\n")
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			if line, _ := br.ReadString('\n'); line != "echo:hello\n" {
+				t.Errorf("over the upgraded connection: %q", line)
+			}
+			c.Close()
+			logs.waitLine(t, `"GET /ws HTTP/1.1" 101 - `)
+		})
 	}
-	defer c.Close()
-	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: echo\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 101 {
-		t.Fatalf("upgrade response %v %v", resp, err)
-	}
-	fmt.Fprint(c, "hello\n")
-	c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	if line, _ := br.ReadString('\n'); line != "echo:hello\n" {
-		t.Errorf("over the upgraded connection: %q", line)
-	}
-	c.Close()
-	logs.waitLine(t, `"GET /ws HTTP/1.1" 101 - `)
 }
 
 func TestHopByHopHeadersAndRequestID(t *testing.T) {
