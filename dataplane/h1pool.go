@@ -216,7 +216,8 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 // User-Agent of its own), without its per-request allocations (a
 // transfer writer, sorted header copies). It reports false, having
 // written nothing, for a request it leaves to Request.Write: CONNECT, an
-// opaque URL, an invalid Host, a body.
+// opaque URL, an invalid Host, a header name or value net/http would
+// have to clean (control characters, line breaks), a body.
 func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 	host := req.Host
 	if host == "" && req.URL != nil {
@@ -226,15 +227,25 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
 		return false
 	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
 	_, _ = bw.WriteString(req.Method)
 	_ = bw.WriteByte(' ')
 	_, _ = bw.WriteString(req.URL.RequestURI())
 	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
 	_, _ = bw.WriteString(host)
 	_, _ = bw.WriteString("\r\n")
-	if ua := req.Header["User-Agent"]; ua == nil {
+	if ua, ok := req.Header["User-Agent"]; !ok {
 		_, _ = bw.WriteString("User-Agent: Go-http-client/1.1\r\n")
-	} else if ua[0] != "" {
+	} else if len(ua) > 0 && ua[0] != "" {
 		writeHeaderLine(bw, "User-Agent", ua[0])
 	}
 	switch req.Method {
@@ -246,9 +257,6 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
 		}
-		if !httpguts.ValidHeaderFieldName(k) {
-			continue
-		}
 		for _, v := range vv {
 			writeHeaderLine(bw, k, v)
 		}
@@ -257,12 +265,12 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 	return true
 }
 
-// writeHeaderLine writes "k: v", the value trimmed and kept on one line
-// as net/http writes it.
+// writeHeaderLine writes "k: v" (a valid value), trimmed as net/http
+// writes it.
 func writeHeaderLine(bw *bufio.Writer, k, v string) {
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
-	_, _ = bw.WriteString(headerValue(strings.Trim(v, " \t")))
+	_, _ = bw.WriteString(strings.Trim(v, " \t"))
 	_, _ = bw.WriteString("\r\n")
 }
 

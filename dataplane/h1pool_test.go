@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // rawUpstream answers each request read on a connection with reply(n),
@@ -196,18 +199,29 @@ func TestHTTPUpstreamResetMidBody(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n" + strings.Repeat("x", 16<<10)
 	}, true)
 	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(addr, "a"))))
-	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/cut", nil)
-	req.Host = "echo"
-	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The client over HTTP/1.1 (meshlet's server) and HTTP/2 prior
+	// knowledge (x/net/http2's server, where the route timeout has a
+	// context of its own).
+	h2c := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	for _, tc := range []struct {
+		proto string
+		rt    http.RoundTripper
+	}{{"HTTP/1.1", &http.Transport{}}, {"HTTP/2.0", h2c}} {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/cut", nil)
+		req.Host = "echo"
+		resp, err := (&http.Client{Transport: tc.rt}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil || len(b) >= 1<<20 {
+			t.Errorf("%s: a cut-off body read whole: %d bytes, %v", tc.proto, len(b), err)
+		}
+		logs.waitLine(t, `"GET /cut `+tc.proto+`" 200 UC `, "upstream_reset_after_response_started{connection_termination}")
 	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err == nil || len(b) >= 1<<20 {
-		t.Errorf("a cut-off body read whole: %d bytes, %v", len(b), err)
-	}
-	logs.waitLine(t, `"GET /cut HTTP/1.1" 200 UC `, "upstream_reset_after_response_started{connection_termination}")
 }
 
 // A sized body that trickles: what has arrived reaches the client without
@@ -286,7 +300,7 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 		mk(http.MethodGet, "http://echo/a/b?x=1&y=%2F", http.Header{"X-Request-Id": {"r1"}, "Accept": {"a", "b"}}),
 		mk(http.MethodPost, "http://echo:8080/form", http.Header{"User-Agent": {"curl/8"}}),
 		mk(http.MethodDelete, "http://10.96.0.10/item/7", http.Header{"User-Agent": {""}, "X-Sp": {"  padded\t"}}),
-		mk(http.MethodGet, "http://[fd00::1]:80/", http.Header{"X-Folded": {"one\r\ntwo"}}),
+		mk(http.MethodGet, "http://[fd00::1]:80/", nil),
 		mk(http.MethodPut, "http://echo/p%20q", nil),
 	}
 	for _, req := range cases {
@@ -313,12 +327,15 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 				a.Method, a.RequestURI, a.Host, a.ContentLength, a.Header, b.Method, b.RequestURI, b.Host, b.ContentLength, b.Header)
 		}
 	}
-	// Left to Request.Write: a body, CONNECT, Connection: close.
+	// Left to Request.Write: a body, CONNECT, Connection: close, values
+	// it would have to clean.
 	withBody, _ := http.NewRequest(http.MethodPost, "http://echo/", strings.NewReader("x"))
 	connect := mk(http.MethodConnect, "http://echo:443", nil)
 	closing := mk(http.MethodGet, "http://echo/", nil)
 	closing.Close = true
-	for _, req := range []*http.Request{withBody, connect, closing} {
+	folded := mk(http.MethodGet, "http://echo/", http.Header{"X-Folded": {"one\r\ntwo"}})
+	nul := mk(http.MethodGet, "http://echo/", http.Header{"X-Nul": {"a\x00b"}})
+	for _, req := range []*http.Request{withBody, connect, closing, folded, nul} {
 		var buf bytes.Buffer
 		bw := bufio.NewWriter(&buf)
 		if writeRequestHead(bw, req) || bw.Buffered() > 0 {

@@ -199,7 +199,9 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 		c.setReadDeadline(time.Time{})
 	}
 	watch := &dcWatch{c: c, cancel: cancel}
-	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch, cancel: cancel}
+	// The client's Connection: close is read now: forwarding changes the
+	// request in place.
+	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch, cancel: cancel, wantsClose: req.Close}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
@@ -247,7 +249,7 @@ func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 		if r := recover(); r != nil {
 			aborted = true
 			if r != http.ErrAbortHandler {
-				c.w.s.log.Error("http handler panic", "panic", fmt.Sprint(r), "uri", req.RequestURI)
+				c.w.s.log.Error("http handler panic", "panic", fmt.Sprint(r), "uri", req.URL.RequestURI())
 			}
 			if !rw.hijacked {
 				_ = c.bw.Flush()
@@ -409,6 +411,8 @@ type h1Writer struct {
 	// cancel ends the request's context with a cause (the route
 	// timeout's).
 	cancel context.CancelCauseFunc
+	// wantsClose: the client asked to close after this response.
+	wantsClose bool
 }
 
 func (rw *h1Writer) Header() http.Header { return rw.header }
@@ -544,7 +548,7 @@ func (rw *h1Writer) commit(final bool) {
 		}
 	}
 	http11 := rw.req.ProtoAtLeast(1, 1)
-	if rw.req.Close || !http11 || rw.c.w.s.draining.Load() {
+	if rw.wantsClose || !http11 || rw.c.w.s.draining.Load() {
 		rw.closeAfter = true
 	}
 	switch {

@@ -15,6 +15,9 @@ import (
 
 // rawExchange writes raw bytes to the proxy's outbound listener and reads
 // what comes back until the proxy closes the connection or 2 s pass.
+// rawExchange sends raw and reads until the server closes the connection,
+// as it must for each request given here (an error, HTTP/1.0 or
+// Connection: close).
 func rawExchange(t *testing.T, s *Server, raw string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
@@ -26,7 +29,10 @@ func rawExchange(t *testing.T, s *Server, raw string) string {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	b, _ := io.ReadAll(c)
+	b, err := io.ReadAll(c)
+	if isDeadline(err) { // (a reset is a close too: a 431 leaves the rest unread)
+		t.Errorf("the server did not close the connection: %v; read %q", err, tail(string(b), 200))
+	}
 	return string(b)
 }
 

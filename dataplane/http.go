@@ -116,13 +116,14 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	if req.Header.Get("X-Request-Id") == "" {
 		req.Header.Set("X-Request-Id", w.requestID())
 	}
+	down := req.Context()        // the downstream's (req may be replaced below)
 	var routeCtx context.Context // the request's context with the route timeout
 	defer func() {
 		r := recover()
 		if r == http.ErrAbortHandler {
 			// forward aborts a response whose body copy failed, after its
 			// headers went out: say why, as Envoy's flags do.
-			ex.midBodyFailure(req.Context(), routeCtx)
+			ex.midBodyFailure(down, routeCtx)
 		}
 		w.logHTTP(st, info, req, sw, cb.n, ex, start)
 		if r != nil {

@@ -20,11 +20,12 @@ import (
 // idle worker thread sleeps in epoll. Raising takes one procWindow, so a
 // burst runs on one processor for at most 100 ms.
 type procScaler struct {
-	max int
-	cpu func() time.Duration // the process's CPU time so far
-	set func(n int)          // runtime.GOMAXPROCS
-	log *slog.Logger
-	low int // consecutive windows under procLower
+	max     int
+	restore int                  // the count given back at the end
+	cpu     func() time.Duration // the process's CPU time so far
+	set     func(n int)          // runtime.GOMAXPROCS
+	log     *slog.Logger
+	low     int // consecutive windows under procLower
 }
 
 const (
@@ -40,21 +41,21 @@ const (
 )
 
 func newProcScaler(max int, log *slog.Logger) *procScaler {
-	return &procScaler{max: max, cpu: processCPUTime, set: func(n int) { runtime.GOMAXPROCS(n) }, log: log}
+	return &procScaler{max: max, restore: runtime.GOMAXPROCS(0), cpu: processCPUTime, set: func(n int) { runtime.GOMAXPROCS(n) }, log: log}
 }
 
 // run measures every procWindow until ctx ends, then gives the runtime
-// all processors back.
+// the processor count it had back.
 func (p *procScaler) run(ctx context.Context) {
 	t := time.NewTicker(procWindow)
 	defer t.Stop()
-	cur := p.max
+	cur, changed := p.max, false
 	last, lastAt := p.cpu(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			if cur != p.max {
-				p.set(p.max)
+			if changed {
+				p.set(p.restore)
 			}
 			return
 		case now := <-t.C:
@@ -63,6 +64,7 @@ func (p *procScaler) run(ctx context.Context) {
 			last, lastAt = c, now
 			if next := p.step(cur, used); next != cur {
 				p.set(next)
+				changed = true
 				p.log.Debug("go processors", "from", cur, "to", next, "cpus_used", used)
 				cur = next
 			}

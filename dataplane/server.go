@@ -45,10 +45,12 @@ type Options struct {
 	// Workers overrides the number of workers (0: one per usable CPU).
 	Workers int
 	// AdaptiveProcs runs the Go runtime on one processor while the
-	// sidecar uses under a quarter of a CPU, and on all of them again
-	// (up to the count at Start) within 100 ms of using more: idle
-	// processors cost CPU per request at low load (see procScaler). It
-	// changes the whole process's GOMAXPROCS.
+	// sidecar uses under a quarter of a CPU, and on all of them again (the
+	// GOMAXPROCS at Start, at most one per worker) within 100 ms of using
+	// more than half a CPU per running processor: idle processors cost
+	// CPU per request at low load (see procScaler). It changes the whole
+	// process's GOMAXPROCS, so one Server per process should set it, and
+	// the runtime then no longer follows a changed CPU limit by itself.
 	AdaptiveProcs bool
 	// LogLevel, when set, is the level the admin /logging endpoint
 	// changes (the caller's logger should read it).
@@ -246,7 +248,7 @@ func (s *Server) Start(ctx context.Context) error {
 	for _, w := range s.workers {
 		go s.forward(w)
 	}
-	if n := runtime.GOMAXPROCS(0); s.opts.AdaptiveProcs && n > 1 {
+	if n := min(runtime.GOMAXPROCS(0), len(s.workers)); s.opts.AdaptiveProcs && n > 1 {
 		go newProcScaler(n, s.log).run(s.ctx)
 	}
 	s.startClusterLoops(st, nil)

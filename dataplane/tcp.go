@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -89,9 +90,13 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		}
 	}
 	defer up.Close()
+	// What detection buffered goes first, then the bare socket, which
+	// io.Copy splices (the buffered reader reads through raw system
+	// calls, which splice cannot).
 	var src io.Reader = c
-	if pre != nil {
-		src = pre
+	if pre != nil && pre.Buffered() > 0 {
+		head, _ := pre.Peek(pre.Buffered())
+		src = io.MultiReader(bytes.NewReader(head), c)
 	}
 	// io.Copy splices between two bare sockets; bytes the sk_msg program
 	// moved straight into a peer socket never reach the queue splice
