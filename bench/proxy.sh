@@ -4,7 +4,8 @@
 # and meshlet's RSS with a 1,000-endpoint cluster. Rewrites the proxy section
 # of bench/RESULTS.md and bench/proxy.png.
 #
-# Usage: bench/proxy.sh        (one run, about 2 minutes once tools are installed)
+# Usage: bench/proxy.sh        (one run of 3 alternating rounds, about 5 minutes
+#                               once tools are installed; MESHLET_BENCH_ROUNDS=N)
 #        MESHLET_BENCH_KEEP=1 bench/proxy.sh   keeps the temporary folder (logs, JSON)
 #
 # Installs what is missing: apt packages haproxy, nginx, gnuplot-nox, and
@@ -22,6 +23,7 @@ export PATH=/usr/local/go/bin:$PATH
 CACHE=${MESHLET_CACHE:-$HOME/.cache/meshlet}
 FORTIO_VERSION=1.68.2
 DURATION=10s
+ROUNDS=${MESHLET_BENCH_ROUNDS:-3}
 UP=127.0.0.1:18080
 PORT_MESHLET=18101 PORT_HAPROXY=18102 PORT_NGINX=18103 PORT_RSS=18111
 out_md=bench/RESULTS.md
@@ -190,22 +192,26 @@ load_start=$(loadavg)
 start upstream "$tmp/upstream" -addr "$UP"
 wait_http "http://$UP/" || die "upstream did not start (see log: $(cat "$tmp/upstream.out"))"
 
-# ---------------------------------------------------------------- direct
-log "direct"
-scenario direct "http://$UP/"
+# ---------------------------------------------------------------- the runs
+# Each scenario runs ROUNDS times, the four alternating, each proxy started
+# afresh per round; the table gives medians (one run of a proxy varies by
+# 10-20 % on a shared machine).
+bench_direct() { # bench_direct ROUND
+  log "direct, round $1"
+  scenario "direct@$1" "http://$UP/"
+}
 
-# ---------------------------------------------------------------- meshlet
-log "meshlet"
 sidecar_config $PORT_MESHLET 18190 >"$tmp/meshlet.yaml"
-start meshlet "$tmp/sidecar" run -config "$tmp/meshlet.yaml" -watch 0
-meshlet_pid=$started
-scenario meshlet "http://127.0.0.1:$PORT_MESHLET/" "$meshlet_pid"
-curl -fsS --max-time 2 "http://127.0.0.1:18190/stats" >"$tmp/meshlet-stats.txt" 2>/dev/null || true
-meshlet_rss_after_load=$(awk '/^VmRSS:/ {print $2}' "/proc/$meshlet_pid/status")
-stop "$meshlet_pid"
+bench_meshlet() { # bench_meshlet ROUND
+  log "meshlet, round $1"
+  start meshlet "$tmp/sidecar" run -config "$tmp/meshlet.yaml" -watch 0
+  local pid=$started
+  scenario "meshlet@$1" "http://127.0.0.1:$PORT_MESHLET/" "$pid"
+  curl -fsS --max-time 2 "http://127.0.0.1:18190/stats" >"$tmp/meshlet-stats.txt" 2>/dev/null || true
+  meshlet_rss_after_load=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+  stop "$pid"
+}
 
-# ---------------------------------------------------------------- haproxy
-log "haproxy"
 cat >"$tmp/haproxy.cfg" <<CFG
 global
     nbthread 2
@@ -224,13 +230,14 @@ backend upstream
     server up $UP
 CFG
 haproxy -c -q -f "$tmp/haproxy.cfg" || die "haproxy config check failed"
-start haproxy haproxy -db -f "$tmp/haproxy.cfg"
-haproxy_pid=$started
-scenario haproxy "http://127.0.0.1:$PORT_HAPROXY/" "$haproxy_pid"
-stop "$haproxy_pid"
+bench_haproxy() { # bench_haproxy ROUND
+  log "haproxy, round $1"
+  start haproxy haproxy -db -f "$tmp/haproxy.cfg"
+  local pid=$started
+  scenario "haproxy@$1" "http://127.0.0.1:$PORT_HAPROXY/" "$pid"
+  stop "$pid"
+}
 
-# ---------------------------------------------------------------- nginx
-log "nginx"
 mkdir -p "$tmp/nginx/logs" "$tmp/nginx/tmp"
 cat >"$tmp/nginx/nginx.conf" <<CFG
 worker_processes 2;
@@ -264,13 +271,24 @@ http {
 }
 CFG
 nginx -t -q -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" || die "nginx config check failed"
-start nginx nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf"
-nginx_pid=$started
-wait_http "http://127.0.0.1:$PORT_NGINX/" || die "nginx did not start"
-mapfile -t nginx_pids < <(proc_group "$nginx_pid")
-[ ${#nginx_pids[@]} -ge 3 ] || die "nginx: expected a master and 2 workers, found pids ${nginx_pids[*]}"
-scenario nginx "http://127.0.0.1:$PORT_NGINX/" "${nginx_pids[@]}"
-stop "$nginx_pid"
+bench_nginx() { # bench_nginx ROUND
+  log "nginx, round $1"
+  start nginx nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf"
+  local pid=$started
+  wait_http "http://127.0.0.1:$PORT_NGINX/" || die "nginx did not start"
+  local pids
+  mapfile -t pids < <(proc_group "$pid")
+  [ ${#pids[@]} -ge 3 ] || die "nginx: expected a master and 2 workers, found pids ${pids[*]}"
+  scenario "nginx@$1" "http://127.0.0.1:$PORT_NGINX/" "${pids[@]}"
+  stop "$pid"
+}
+
+for round in $(seq "$ROUNDS"); do
+  bench_direct "$round"
+  bench_meshlet "$round"
+  bench_haproxy "$round"
+  bench_nginx "$round"
+done
 
 load_end=$(loadavg)
 
@@ -345,22 +363,32 @@ fortio_version=$("$fortio" version 2>&1 | sed -n 1p)
 go_version=$(go version)
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^model name[[:space:]]*: //')
 
-python3 - "$tmp" "$clk_tck" <<'PY'
-import json, sys, os
+python3 - "$tmp" "$clk_tck" "$ROUNDS" <<'PY'
+import json, statistics, sys, os
 tmp, tck = sys.argv[1], int(sys.argv[2])
+rounds = int(sys.argv[3])
 rows = []
 for name in ["direct", "meshlet", "haproxy", "nginx"]:
     r = {"name": name}
     for kind in ["max", "fixed"]:
-        d = json.load(open(os.path.join(tmp, f"{name}-{kind}.json")))
-        h = d["DurationHistogram"]
-        pct = {p["Percentile"]: p["Value"] for p in h["Percentiles"]}
-        n = h["Count"]
-        ticks = int(open(os.path.join(tmp, f"{name}-{kind}.ticks")).read())
-        codes = d.get("RetCodes", {})
-        bad = sum(v for k, v in codes.items() if str(k) != "200")
-        r[kind] = dict(qps=d["ActualQPS"], n=n, p50=pct[50] * 1e3, p90=pct[90] * 1e3, p99=pct[99] * 1e3,
-                       cpu=(ticks / tck * 1e6 / n) if name != "direct" and n else None, bad=bad, codes=codes)
+        runs = []
+        for i in range(1, rounds + 1):
+            d = json.load(open(os.path.join(tmp, f"{name}@{i}-{kind}.json")))
+            h = d["DurationHistogram"]
+            pct = {p["Percentile"]: p["Value"] for p in h["Percentiles"]}
+            n = h["Count"]
+            ticks = int(open(os.path.join(tmp, f"{name}@{i}-{kind}.ticks")).read())
+            codes = d.get("RetCodes", {})
+            runs.append(dict(qps=d["ActualQPS"], p50=pct[50] * 1e3, p90=pct[90] * 1e3, p99=pct[99] * 1e3,
+                             cpu=(ticks / tck * 1e6 / n) if name != "direct" and n else None,
+                             bad=sum(v for k, v in codes.items() if str(k) != "200"), codes=codes))
+        med = lambda key: statistics.median(x[key] for x in runs) if runs[0][key] is not None else None
+        codes = {}
+        for x in runs:
+            for k, v in x["codes"].items():
+                codes[k] = codes.get(k, 0) + v
+        r[kind] = dict(qps=med("qps"), p50=med("p50"), p90=med("p90"), p99=med("p99"), cpu=med("cpu"),
+                       cpus=[x["cpu"] for x in runs], bad=sum(x["bad"] for x in runs), codes=codes)
     rows.append(r)
 json.dump(rows, open(os.path.join(tmp, "rows.json"), "w"))
 PY
@@ -405,7 +433,7 @@ GP
 
 export RUN_DATE=$run_date CPU_MODEL=$cpu_model NPROC=$(nproc) LOAD_START=$load_start LOAD_END=$load_end \
   HAPROXY_VERSION=$haproxy_version NGINX_VERSION=$nginx_version FORTIO_VERSION_OUT=$fortio_version \
-  GO_VERSION=$go_version UP DURATION RSS_KIB=$rss_kib HWM_KIB=$hwm_kib \
+  GO_VERSION=$go_version UP DURATION ROUNDS RSS_KIB=$rss_kib HWM_KIB=$hwm_kib \
   IDLE_KIB=$meshlet_rss_after_load RSS1_KIB=$rss1_kib N_ENDPOINTS=$n_endpoints \
   ANON_KIB=$anon_kib FILE_KIB=$file_kib ANON1_KIB=$anon1_kib FILE1_KIB=$file1_kib
 python3 - "$tmp" "$out_md" <<'PY'
@@ -433,6 +461,9 @@ for name in ["direct", "meshlet", "haproxy", "nginx"]:
     lines.append(f"| {name} | {m['qps']:.0f} | {ms(f['p50'])} | {ms(f['p90'])} | {ms(f['p99'])} "
                  f"| {us(m['cpu'])} | {us(f['cpu'])} | {m['bad'] + f['bad']} |")
 table = "\n".join(lines)
+cpu_rounds = "CPU µs per request in each round (max throughput / 1000 rps): " + "; ".join(
+    f"{n} " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(rows[n]["max"]["cpus"], rows[n]["fixed"]["cpus"]))
+    for n in ["meshlet", "haproxy", "nginx"]) + "."
 
 me, ha, ng = rows["meshlet"], rows["haproxy"], rows["nginx"]
 
@@ -468,7 +499,9 @@ Setup: an upstream (`bench/upstream`, Go net/http, fixed 1 KiB body with
 Content-Length, keep-alive) on {E['UP']}; each proxy in turn on its own port,
 keep-alive on both sides:
 - meshlet: `sidecar run` with a static config, one STATIC round-robin cluster
-  holding the upstream, `access_log: off`, protocol auto, 2 workers (GOMAXPROCS=2);
+  holding the upstream, `access_log: off`, protocol auto, 2 workers and the
+  default adaptive processors (Go runs on one while the sidecar uses under a
+  quarter of a CPU, on two above half a CPU per processor);
 - haproxy: http mode, `nbthread 2`, `http-reuse always`;
 - nginx: `worker_processes 2`, upstream `keepalive 64`, `proxy_http_version 1.1`,
   `proxy_set_header Connection ""`, and `keepalive_requests 1000000` on both sides
@@ -477,6 +510,9 @@ keep-alive on both sides:
 
 fortio load, after a 1 s warm-up: max throughput `-c 16 -qps 0 -t {E['DURATION']}`; fixed rate
 `-c 8 -qps 1000 -uniform -t {E['DURATION']}`; both with `-r 0.00001 -p 50,90,99`.
+{E['ROUNDS']} rounds, the four scenarios alternating, each proxy started afresh
+per round; every figure is the median over the rounds (the CPU of each round
+is listed under the table).
 Proxy CPU = utime+stime from /proc/PID/stat, summed over all the proxy's
 processes (nginx master + workers), before and after each run, divided by the
 requests served. Load generator, proxy and upstream share the 2 cores, so max
@@ -486,6 +522,8 @@ differences below ~25 % in QPS (and ~15 % in CPU per request) are noise.
 | scenario | max QPS c=16 | p50 ms @1000 rps | p90 ms @1000 rps | p99 ms @1000 rps | proxy CPU µs/req (max) | proxy CPU µs/req (1000 rps) | non-200 |
 |---|---:|---:|---:|---:|---:|---:|---:|
 {table}
+
+{cpu_rounds}
 
 {codes_line}
 
