@@ -83,14 +83,17 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	}
 
 	removeHopByHop(res.Header)
-	dst := rw.Header()
-	for k, vv := range res.Header {
-		if len(dst[k]) == 0 {
-			dst[k] = vv // the response is ours: share its values
-		} else {
-			dst[k] = append(dst[k], vv...)
+	if hw, ok := ex.sw.ResponseWriter.(*h1Writer); !ok || !hw.adoptHeader(res.Header) {
+		dst := rw.Header()
+		for k, vv := range res.Header {
+			if len(dst[k]) == 0 {
+				dst[k] = vv // the response is ours: share its values
+			} else {
+				dst[k] = append(dst[k], vv...)
+			}
 		}
 	}
+	dst := rw.Header()
 	announced := len(res.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)

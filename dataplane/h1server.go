@@ -201,7 +201,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	watch := &dcWatch{c: c, cancel: cancel}
 	// The client's Connection: close is read now: forwarding changes the
 	// request in place.
-	rw := &h1Writer{c: c, req: req, header: make(http.Header, 8), watch: watch, cancel: cancel, wantsClose: req.Close}
+	rw := &h1Writer{c: c, req: req, watch: watch, cancel: cancel, wantsClose: req.Close}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
@@ -415,7 +415,23 @@ type h1Writer struct {
 	wantsClose bool
 }
 
-func (rw *h1Writer) Header() http.Header { return rw.header }
+func (rw *h1Writer) Header() http.Header {
+	if rw.header == nil {
+		rw.header = make(http.Header, 8)
+	}
+	return rw.header
+}
+
+// adoptHeader makes h the response's header map if nothing was set in
+// the writer's own yet (forward hands over the upstream response's, which
+// is its to give: no copy per request); it reports whether it did.
+func (rw *h1Writer) adoptHeader(h http.Header) bool {
+	if len(rw.header) > 0 || rw.wrote || rw.hijacked {
+		return false
+	}
+	rw.header = h
+	return true
+}
 
 func (rw *h1Writer) WriteHeader(code int) {
 	if rw.wrote || rw.hijacked {
@@ -531,7 +547,7 @@ func bodyAllowed(status int) bool {
 // says the handler is done (a buffered body then gets its length).
 func (rw *h1Writer) commit(final bool) {
 	rw.committed = true
-	h := rw.header
+	h := rw.Header()
 	rw.cl = -1
 	if v := h.Get("Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
