@@ -315,15 +315,15 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 
 // dcWatch notices a client that goes away during a slow request: armed
 // (once the request is read whole), it starts after dcWatchDelay (on the
-// worker's clock: up to a clockTick later) a goroutine that reads the connection; end of stream or an error cancels
-// the request (the handler then flags DC); a byte (the next pipelined
-// request) is kept for the reader.
+// worker's clock: up to a clockTick later) a goroutine that reads the
+// connection; end of stream or an error cancels the request (the handler
+// then flags DC); a byte (the next pipelined request) is kept for the
+// reader.
 type dcWatch struct {
 	c      *h1ServerConn
 	cancel context.CancelCauseFunc
 	mu     sync.Mutex
-	alarm  alarm
-	armed  bool
+	alarm  alarm // armed once its fn is set
 	done   chan struct{}
 	off    bool
 	gone   bool
@@ -332,10 +332,9 @@ type dcWatch struct {
 func (d *dcWatch) arm() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.off || d.armed {
+	if d.off || d.alarm.fn != nil {
 		return
 	}
-	d.armed = true
 	d.alarm.fn = d.start
 	d.c.w.clock.set(&d.alarm, dcWatchDelay)
 }
@@ -379,7 +378,7 @@ func (d *dcWatch) start() {
 func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
-	if d.armed {
+	if d.alarm.fn != nil {
 		d.alarm.stop()
 	}
 	done := d.done
