@@ -38,7 +38,7 @@ cleanup() {
   [ -n "${MESHLET_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
 trap cleanup EXIT
-go build -o "$tmp/sidecar" ./cmd/sidecar
+CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar" ./cmd/sidecar # as `make sidecar`
 go build -o "$tmp/upstream" ./bench/upstream
 cat >"$tmp/sidecar.yaml" <<YAML
 node: {id: bench, cluster: bench}

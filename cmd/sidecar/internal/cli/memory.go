@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -17,20 +18,57 @@ const memReleaseDelay = time.Second
 // once.
 type memReleaser struct {
 	delay   time.Duration
-	release func()
+	release func(log *slog.Logger, binaryPages bool)
 	mu      sync.Mutex
 	t       *time.Timer
+	log     *slog.Logger
+	binary  bool // also release the executable's pages (releaseImagePages)
+}
+
+// configure names the logger the releases report to and whether they
+// release the executable's pages too.
+func (m *memReleaser) configure(log *slog.Logger, binaryPages bool) {
+	m.mu.Lock()
+	m.log, m.binary = log, binaryPages
+	m.mu.Unlock()
 }
 
 func (m *memReleaser) kick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.t == nil {
-		m.t = time.AfterFunc(m.delay, m.release)
+		m.t = time.AfterFunc(m.delay, m.run)
 		return
 	}
 	m.t.Reset(m.delay)
 }
 
+func (m *memReleaser) run() {
+	m.mu.Lock()
+	log, binary := m.log, m.binary
+	m.mu.Unlock()
+	if log == nil {
+		log = slog.Default()
+	}
+	m.release(log, binary)
+}
+
 // releaseMemory is the process's releaser.
-var releaseMemory = &memReleaser{delay: memReleaseDelay, release: debug.FreeOSMemory}
+var releaseMemory = &memReleaser{delay: memReleaseDelay, release: releaseAll}
+
+// releaseAll returns the heap's free memory to the kernel, then (with
+// binaryPages) drops the executable's pages that start-up and the
+// configuration load touched (releaseImagePages): what the request path
+// needs is mapped again on its first use.
+func releaseAll(log *slog.Logger, binaryPages bool) {
+	debug.FreeOSMemory()
+	if !binaryPages {
+		return
+	}
+	n, err := releaseImagePages()
+	if err != nil {
+		log.Warn("memory release: binary pages", "err", err)
+		return
+	}
+	log.Debug("memory released", "binary_pages_bytes", n)
+}

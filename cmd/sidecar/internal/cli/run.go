@@ -58,14 +58,18 @@ func run(args []string, out io.Writer) error {
 	}
 	concurrency := fs.Int("concurrency", defaultConcurrency,
 		"workers at most, one per usable CPU below that (default: MESHLET_CONCURRENCY, which the injector sets to 2; 0: one per usable CPU)")
-	defaultAdaptive := true
-	if v := os.Getenv("MESHLET_ADAPTIVE_PROCS"); v != "" {
-		if defaultAdaptive, err = strconv.ParseBool(v); err != nil {
-			return fmt.Errorf("run: MESHLET_ADAPTIVE_PROCS %q: want true or false", v)
-		}
+	defaultAdaptive, err := envBool("MESHLET_ADAPTIVE_PROCS", true)
+	if err != nil {
+		return err
+	}
+	defaultRelease, err := envBool("MESHLET_RELEASE_BINARY_PAGES", true)
+	if err != nil {
+		return err
 	}
 	adaptiveProcs := fs.Bool("adaptive-procs", defaultAdaptive,
 		"run Go on one processor while the sidecar uses under a quarter of a CPU, on one per worker within 100 ms of using more (idle processors cost CPU per request at low load); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
+	releaseBinary := fs.Bool("release-binary-pages", defaultRelease,
+		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages (start-up and config loading touch most of it; the request path maps back what it uses) (default: MESHLET_RELEASE_BINARY_PAGES, else true)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -87,6 +91,7 @@ func run(args []string, out io.Writer) error {
 	}
 	limitConcurrency(*concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+	releaseMemory.configure(log, *releaseBinary)
 	if *pod && *path != "" {
 		return fmt.Errorf("run: -pod and -config are exclusive")
 	}
@@ -255,6 +260,19 @@ func run(args []string, out io.Writer) error {
 			return nil
 		}
 	}
+}
+
+// envBool reads a boolean from the environment variable name, def when unset.
+func envBool(name string, def bool) (bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("run: %s %q: want true or false", name, v)
+	}
+	return b, nil
 }
 
 // envCount reads a non-negative integer from the environment variable
