@@ -26,12 +26,22 @@ type clock struct {
 	last    time.Time // when the last alarm was set
 }
 
-// alarm is one deadline on a clock.
+// alarm is one deadline on a clock. It runs fn, or else target's
+// alarmFired (an alarm embedded in a per-request object that is its own
+// target costs no allocation).
 type alarm struct {
-	when time.Time
-	fn   func()
-	off  atomic.Bool
+	when   time.Time
+	fn     func()
+	target alarmTarget
+	off    atomic.Bool
 }
+
+// alarmTarget is what an alarm without a fn calls.
+type alarmTarget interface{ alarmFired() }
+
+// armed reports whether a was given something to run (set once, never
+// cleared).
+func (a *alarm) armed() bool { return a.fn != nil || a.target != nil }
 
 const (
 	// clockTick is the clock's resolution. Each tick is a wake-up (a
@@ -100,7 +110,11 @@ func (c *clock) tick() {
 	c.mu.Unlock()
 	for _, a := range fire {
 		if !a.off.Swap(true) {
-			a.fn()
+			if a.fn != nil {
+				a.fn()
+			} else {
+				a.target.alarmFired()
+			}
 		}
 	}
 }

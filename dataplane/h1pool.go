@@ -160,9 +160,15 @@ func (pc *h1Conn) open() bool {
 func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
-	stop := context.AfterFunc(req.Context(), func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+	var stop exchangeWatch
+	if ab := requestAbort(req); ab != nil {
+		ab.watch(pc.conn)
+		stop.abort = ab
+	} else {
+		stop.stop = context.AfterFunc(req.Context(), func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+	}
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
-		stop()
+		stop.release()
 		pc.conn.Close()
 		if req.Context().Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(req.Context()))
@@ -195,7 +201,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The connection is the upgraded stream's now; forward closes
 		// it when the request context ends.
-		stop()
+		stop.release()
 		resp.Body = &h1Upgraded{pc: pc}
 		return resp, false, nil
 	}
@@ -274,10 +280,26 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 	_, _ = bw.WriteString("\r\n")
 }
 
+// exchangeWatch is what cuts an exchange's connection when its request
+// ends early: the HTTP/1 server request's own upstream abort, or else a
+// context.AfterFunc on the request's context.
+type exchangeWatch struct {
+	abort *upstreamAbort
+	stop  func() bool
+}
+
+// release stops the watch; false means it cut the connection.
+func (e exchangeWatch) release() bool {
+	if e.abort != nil {
+		return e.abort.release()
+	}
+	return e.stop()
+}
+
 // finish returns pc to the pool if the exchange ended cleanly (keep) and
 // its context watch could be stopped before it fired; else closes it.
-func (p *h1Pool) finish(pc *h1Conn, stop func() bool, keep bool) {
-	if !stop() || !keep {
+func (p *h1Pool) finish(pc *h1Conn, stop exchangeWatch, keep bool) {
+	if !stop.release() || !keep {
 		pc.conn.Close()
 		return
 	}
@@ -352,7 +374,7 @@ type h1Body struct {
 	p    *h1Pool
 	pc   *h1Conn
 	body io.ReadCloser
-	stop func() bool
+	stop exchangeWatch
 	keep bool
 	done bool
 	// sized: framed by Content-Length, so a read returns what the
@@ -375,7 +397,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		b.p.finish(b.pc, b.stop, b.keep)
 	case err != nil:
 		b.done = true
-		b.stop()
+		b.stop.release()
 		b.pc.conn.Close()
 	}
 	return n, err
@@ -384,7 +406,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 func (b *h1Body) Close() error {
 	if !b.done {
 		b.done = true
-		b.stop()
+		b.stop.release()
 		b.pc.conn.Close()
 	}
 	return nil

@@ -63,6 +63,8 @@ type h1ServerConn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	idle atomic.Bool
+	// cur is the request being served (its upstream abort).
+	cur atomic.Pointer[h1Writer]
 	// readDL is the read deadline last set by this connection's
 	// goroutines (drain's are not recorded: the connection then ends).
 	readDL time.Time
@@ -148,8 +150,17 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	// ServerContextKey is set as net/http's server sets it; run recovers
 	// the handler's ErrAbortHandler (a body copy that failed after the
 	// headers).
-	base, cancelConn := context.WithCancel(context.WithValue(context.WithValue(w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info))
+	base, cancelConn := context.WithCancel(context.WithValue(context.WithValue(context.WithValue(
+		w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info), h1ConnKey{}, c))
 	defer cancelConn()
+	// The end of the connection's context (server stop) aborts the
+	// request's upstream exchange (requestAbort): one watch per
+	// connection, not per request.
+	defer context.AfterFunc(base, func() {
+		if rw := c.cur.Load(); rw != nil {
+			rw.abort.fire()
+		}
+	})()
 	for {
 		c.idle.Store(true)
 		if w.s.draining.Load() {
@@ -198,10 +209,19 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 		// The idle deadline must not cut an upload or an upgraded stream.
 		c.setReadDeadline(time.Time{})
 	}
-	watch := &dcWatch{c: c, cancel: cancel}
 	// The client's Connection: close is read now: forwarding changes the
 	// request in place.
-	rw := &h1Writer{c: c, req: req, watch: watch, cancel: cancel, wantsClose: req.Close}
+	rw := &h1Writer{c: c, req: req, cancel: cancel, wantsClose: req.Close}
+	watch := &rw.watch
+	watch.c, watch.rw = c, rw
+	c.cur.Store(rw)
+	defer func() {
+		c.cur.Store(nil)
+		rw.abort.fire() // an exchange still watched ends with the request, as with its context
+	}()
+	if base.Err() != nil {
+		rw.abort.fire() // the connection's context ended before cur was set
+	}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
@@ -320,24 +340,26 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 // then flags DC); a byte (the next pipelined request) is kept for the
 // reader.
 type dcWatch struct {
-	c      *h1ServerConn
-	cancel context.CancelCauseFunc
-	mu     sync.Mutex
-	alarm  alarm // armed once its fn is set
-	done   chan struct{}
-	off    bool
-	gone   bool
+	c     *h1ServerConn
+	rw    *h1Writer
+	mu    sync.Mutex
+	alarm alarm // armed once its target is set
+	done  chan struct{}
+	off   bool
+	gone  bool
 }
 
 func (d *dcWatch) arm() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.off || d.alarm.fn != nil {
+	if d.off || d.alarm.armed() {
 		return
 	}
-	d.alarm.fn = d.start
+	d.alarm.target = d
 	d.c.w.clock.set(&d.alarm, dcWatchDelay)
 }
+
+func (d *dcWatch) alarmFired() { d.start() }
 
 func (d *dcWatch) start() {
 	d.mu.Lock()
@@ -358,7 +380,7 @@ func (d *dcWatch) start() {
 			}
 			if err != nil && !isDeadline(err) {
 				d.gone = true
-				d.cancel(context.Canceled)
+				d.rw.cancelRequest(context.Canceled)
 				return
 			}
 			// A deadline: stop's, or the connection's idle deadline
@@ -378,7 +400,7 @@ func (d *dcWatch) start() {
 func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
-	if d.alarm.fn != nil {
+	if d.alarm.armed() {
 		d.alarm.stop()
 	}
 	done := d.done
@@ -406,12 +428,96 @@ type h1Writer struct {
 	closeAfter bool
 	hijacked   bool
 	trailers   []string // announced in the Trailer header
-	watch      *dcWatch
+	watch      dcWatch
+	// routeTimeout is the route timeout's alarm (armRouteTimeout).
+	routeTimeout alarm
 	// cancel ends the request's context with a cause (the route
-	// timeout's).
+	// timeout's); cancelRequest also aborts the upstream exchange.
 	cancel context.CancelCauseFunc
+	// abort is the request's upstream HTTP/1.1 exchange (requestAbort).
+	abort upstreamAbort
 	// wantsClose: the client asked to close after this response.
 	wantsClose bool
+}
+
+// armRouteTimeout ends the request with errRouteTimeout once d has passed,
+// on the worker's clock (for d >= preciseBelow), unless
+// rw.routeTimeout.stop is called first.
+func (rw *h1Writer) armRouteTimeout(d time.Duration) {
+	rw.routeTimeout.target = rw
+	rw.c.w.clock.set(&rw.routeTimeout, d)
+}
+
+func (rw *h1Writer) alarmFired() { rw.cancelRequest(errRouteTimeout) }
+
+// cancelRequest ends the request: its context with cause, then its
+// upstream exchange.
+func (rw *h1Writer) cancelRequest(cause error) {
+	rw.cancel(cause)
+	rw.abort.fire()
+}
+
+// h1ConnKey is the context key of a request's *h1ServerConn.
+type h1ConnKey struct{}
+
+// requestAbort is the upstream abort of req if req is an HTTP/1 server
+// request with its own context (not one derived for a per-try timeout):
+// every end of that context (route timeout, client gone, server stop)
+// fires it. Else nil: the caller watches the context itself.
+func requestAbort(req *http.Request) *upstreamAbort {
+	ctx := req.Context()
+	c, _ := ctx.Value(h1ConnKey{}).(*h1ServerConn)
+	if c == nil {
+		return nil
+	}
+	rw := c.cur.Load()
+	if rw == nil || rw.req.Context() != ctx {
+		return nil
+	}
+	return &rw.abort
+}
+
+// upstreamAbort cuts a request's upstream connection (a deadline in the
+// past) when the request ends early, as a context.AfterFunc on the
+// request's context would, without the five allocations and the
+// registration on the context that one costs per exchange.
+type upstreamAbort struct {
+	mu    sync.Mutex
+	conn  net.Conn
+	fired bool
+}
+
+// watch makes conn the connection to cut; it is cut now if the request
+// has already ended.
+func (a *upstreamAbort) watch(conn net.Conn) {
+	a.mu.Lock()
+	fired := a.fired
+	a.conn = conn
+	a.mu.Unlock()
+	if fired {
+		_ = conn.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// release stops watching; it reports false if the connection was cut
+// (as a context.AfterFunc's stop reports that its function ran).
+func (a *upstreamAbort) release() bool {
+	a.mu.Lock()
+	cut := a.fired && a.conn != nil
+	a.conn = nil
+	a.mu.Unlock()
+	return !cut
+}
+
+// fire cuts the watched connection, and any watched later.
+func (a *upstreamAbort) fire() {
+	a.mu.Lock()
+	a.fired = true
+	conn := a.conn
+	a.mu.Unlock()
+	if conn != nil {
+		_ = conn.SetDeadline(aLongTimeAgo)
+	}
 }
 
 func (rw *h1Writer) Header() http.Header {

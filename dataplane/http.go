@@ -182,10 +182,13 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 
 	if t := route.cfg.Timeout; t > 0 {
-		if hw, ok := rw.(*h1Writer); ok {
+		if hw, ok := rw.(*h1Writer); ok && t >= preciseBelow {
 			// The request's own context takes the timeout (no context
-			// of its own for it).
-			defer w.clock.timeout(t, func() { hw.cancel(errRouteTimeout) })()
+			// of its own for it), on an alarm in the writer.
+			defer hw.routeTimeout.stop()
+			hw.armRouteTimeout(t)
+		} else if ok {
+			defer w.clock.timeout(t, func() { hw.cancelRequest(errRouteTimeout) })()
 		} else {
 			ctx, cancel := w.clock.withTimeout(req.Context(), t, errRouteTimeout)
 			defer cancel()

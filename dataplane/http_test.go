@@ -140,27 +140,33 @@ func TestHTTPRetryLimitExceeded(t *testing.T) {
 	}
 }
 
+// TestHTTPRouteTimeout runs a route timeout on a runtime timer (under
+// preciseBelow) and on the worker clock's alarm in the HTTP/1 writer.
 func TestHTTPRouteTimeout(t *testing.T) {
-	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-time.After(3 * time.Second):
-		case <-r.Context().Done():
-		}
-	}))
-	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
-	cfg.Listeners[0].Routes[0].Timeout = 200 * time.Millisecond
-	s, logs := startServer(t, cfg)
-	start := time.Now()
-	code, body, _ := get(t, http.DefaultClient, s, "/slow")
-	if code != 504 || body != "upstream request timeout" {
-		t.Errorf("got %d %q", code, body)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("timeout took %v", d)
-	}
-	logs.waitLine(t, `"GET /slow HTTP/1.1" 504 UT `)
-	if got := stat(t, s, "cluster.echo.upstream_rq_timeout"); got != 1 {
-		t.Errorf("upstream_rq_timeout = %d", got)
+	for _, timeout := range []time.Duration{200 * time.Millisecond, preciseBelow + 100*time.Millisecond} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-time.After(5 * time.Second):
+				case <-r.Context().Done():
+				}
+			}))
+			cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
+			cfg.Listeners[0].Routes[0].Timeout = timeout
+			s, logs := startServer(t, cfg)
+			start := time.Now()
+			code, body, _ := get(t, http.DefaultClient, s, "/slow")
+			if code != 504 || body != "upstream request timeout" {
+				t.Errorf("got %d %q", code, body)
+			}
+			if d := time.Since(start); d < timeout || d > timeout+2*time.Second {
+				t.Errorf("a %v timeout took %v", timeout, d)
+			}
+			logs.waitLine(t, `"GET /slow HTTP/1.1" 504 UT `)
+			if got := stat(t, s, "cluster.echo.upstream_rq_timeout"); got != 1 {
+				t.Errorf("upstream_rq_timeout = %d", got)
+			}
+		})
 	}
 }
 
