@@ -187,9 +187,11 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		if _, err := pc.br.Peek(1); err != nil {
 			return fail(err, true)
 		}
-		resp, err = http.ReadResponse(pc.br, req)
-		if err != nil {
-			return fail(err, false)
+		var fast bool
+		if resp, fast = readResponseFast(pc.br, req); !fast {
+			if resp, err = http.ReadResponse(pc.br, req); err != nil {
+				return fail(err, false)
+			}
 		}
 		// 1xx but 101 are informational (103 Early Hints): the final
 		// response follows.

@@ -179,7 +179,13 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
-		req, err := http.ReadRequest(c.br)
+		// The plainest requests, whole in the buffer, are read without
+		// net/http's allocations; everything else (and every error) is
+		// net/http's.
+		req, fast := readRequestFast(c.br)
+		if !fast {
+			req, err = http.ReadRequest(c.br)
+		}
 		c.src.limit = -1
 		if headerWait {
 			c.setReadDeadline(time.Time{})

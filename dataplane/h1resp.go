@@ -1,0 +1,251 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// readResponseFast reads the head of an upstream response from br when
+// the whole head is already in br's buffer and the response is of the
+// plainest kind, which is nearly every response on a keep-alive
+// connection: HTTP/1.1; a status with a body (200-599 but 204 and 304) to
+// a request that is not HEAD; framed by one Content-Length; no
+// Transfer-Encoding, Trailer or Pragma header; every header line a valid
+// name, a colon and a valid value. It returns what http.ReadResponse
+// would (FuzzReadResponseFast compares the two), with a header block in
+// one string, values sliced from it, and one backing array for the
+// values: about half of ReadResponse's allocations.
+//
+// Anything else is declined (ok false) with nothing consumed, and the
+// caller reads it with http.ReadResponse, which also reports the errors:
+// this only ever takes a response net/http would have taken the same way.
+func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response, ok bool) {
+	if req.Method == http.MethodHead {
+		return nil, false
+	}
+	buf, _ := br.Peek(br.Buffered())
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil, false
+	}
+	// Status line: "HTTP/1.1 200 OK" or "HTTP/1.1 200".
+	nl := bytes.IndexByte(buf, '\n') // at most end+1
+	if nl < 1 || buf[nl-1] != '\r' {
+		return nil, false
+	}
+	line := buf[:nl-1]
+	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
+		return nil, false
+	}
+	code := 0
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil, false
+	}
+	for _, c := range line[12:] {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return nil, false
+		}
+	}
+	head := string(buf[:end+2]) // the one copy: status and values are slices of it
+	h, f, ok := parseHeaderLines(head[nl+1:])
+	if !ok || f.te || f.trailer || f.pragma || f.lengths != 1 {
+		return nil, false
+	}
+	cl, closing := f.length, f.close
+	if closing {
+		delete(h, "Connection") // as net/http's response reader does
+	}
+	_, _ = br.Discard(end + 4)
+	resp = &http.Response{
+		Status: head[9 : nl-1], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, ContentLength: cl, Close: closing, Request: req,
+	}
+	if cl == 0 {
+		resp.Body = http.NoBody
+	} else {
+		resp.Body = &sizedBody{br: br, n: cl}
+	}
+	return resp, true
+}
+
+// headerFacts is what parseHeaderLines saw of framing and routing.
+type headerFacts struct {
+	length  int64 // the Content-Length, if lengths is 1
+	lengths int   // Content-Length lines
+	te      bool  // Transfer-Encoding
+	trailer bool
+	pragma  bool // net/http may add Cache-Control for it
+	close   bool // Connection holds the token close
+	hosts   int  // Host lines
+}
+
+// parseHeaderLines parses header lines, each ending in CRLF, into a header
+// map as net/http's textproto reader would, with the values sliced from
+// rest and one backing array for them. ok is false for anything the fast
+// readers leave to net/http: a line that is not a valid name, a colon and a
+// valid value (folded lines, bare LF, spaces before the colon, control
+// characters), more than 100 lines, a Content-Length that is not plain
+// digits.
+func parseHeaderLines(rest string) (h http.Header, f headerFacts, ok bool) {
+	n := strings.Count(rest, "\r\n")
+	if n > 100 {
+		return nil, f, false
+	}
+	h = make(http.Header, n)
+	vals := make([]string, n)
+	for i := 0; i < n; i++ {
+		eol := strings.Index(rest, "\r\n")
+		l := rest[:eol]
+		rest = rest[eol+2:]
+		colon := strings.IndexByte(l, ':')
+		if colon <= 0 {
+			return nil, f, false
+		}
+		name := l[:colon]
+		if !httpguts.ValidHeaderFieldName(name) {
+			return nil, f, false
+		}
+		v := strings.Trim(l[colon+1:], " \t")
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return nil, f, false
+		}
+		k := http.CanonicalHeaderKey(name)
+		switch k {
+		case "Transfer-Encoding":
+			f.te = true
+		case "Trailer":
+			f.trailer = true
+		case "Pragma":
+			f.pragma = true
+		case "Host":
+			f.hosts++
+		case "Content-Length":
+			f.lengths++
+			if f.length = parseLength(v); f.length < 0 {
+				return nil, f, false
+			}
+		case "Connection":
+			if httpguts.HeaderValuesContainsToken([]string{v}, "close") {
+				f.close = true
+			}
+		}
+		if old, dup := h[k]; dup {
+			h[k] = append(old, v)
+			continue
+		}
+		vals[i] = v
+		h[k] = vals[i : i+1 : i+1]
+	}
+	return h, f, true
+}
+
+// readRequestFast reads a request head from br when the whole head is
+// already in br's buffer and the request is of the plainest kind, which is
+// most requests on a keep-alive connection: GET, HEAD, OPTIONS or DELETE;
+// HTTP/1.1; an origin-form target; one valid Host; no body (no
+// Content-Length or Transfer-Encoding, so nothing to frame); no Trailer or
+// Pragma; every header line a valid name, a colon and a valid value. It
+// returns what http.ReadRequest would (FuzzReadRequestFast compares the
+// two) with fewer allocations. Anything else is declined (ok false) with
+// nothing consumed, for http.ReadRequest to read or refuse: this only
+// takes what net/http would have taken the same way, so request framing
+// (smuggling) stays net/http's.
+func readRequestFast(br *bufio.Reader) (req *http.Request, ok bool) {
+	buf, _ := br.Peek(br.Buffered())
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil, false
+	}
+	nl := bytes.IndexByte(buf, '\n') // at most end+1
+	if nl < 1 || buf[nl-1] != '\r' {
+		return nil, false
+	}
+	head := string(buf[:end+2])
+	line := head[:nl-1]
+	method, rest, ok1 := strings.Cut(line, " ")
+	uri, proto, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || len(uri) == 0 || uri[0] != '/' {
+		return nil, false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodDelete:
+	default:
+		return nil, false
+	}
+	h, f, ok := parseHeaderLines(head[nl+1:])
+	if !ok || f.te || f.trailer || f.pragma || f.lengths != 0 || f.hosts != 1 {
+		return nil, false
+	}
+	host := h["Host"][0]
+	if !httpguts.ValidHostHeader(host) {
+		return nil, false
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return nil, false
+	}
+	delete(h, "Host")
+	_, _ = br.Discard(end + 4)
+	return &http.Request{
+		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: http.NoBody, Host: host, RequestURI: uri, Close: f.close,
+	}, true
+}
+
+// parseLength parses a Content-Length value as net/http does (decimal
+// digits, leading zeros allowed, below 2^63); -1 if it is not one.
+func parseLength(s string) int64 {
+	if s == "" || len(s) > 18 {
+		return -1 // 18 digits always fit; net/http takes 19 below 2^63, rare enough to leave to it
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// sizedBody is a Content-Length body read from the connection's reader:
+// io.EOF with its last bytes, io.ErrUnexpectedEOF if the connection ends
+// first (as net/http's body).
+type sizedBody struct {
+	br *bufio.Reader
+	n  int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.br.Read(p)
+	b.n -= int64(n)
+	switch {
+	case b.n == 0:
+		err = io.EOF
+	case err == io.EOF:
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// Close does nothing: h1Body owns the connection.
+func (b *sizedBody) Close() error { return nil }

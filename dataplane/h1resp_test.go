@@ -1,0 +1,252 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// responseSeeds are upstream responses the fast reader must take exactly as
+// net/http does, or leave to it.
+var responseSeeds = []string{
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\nDate: Tue, 01 Dec 2026 12:00:00 GMT\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n", // the next response stays buffered
+	"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
+	"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 3\r\nx-envoy-overloaded: true\r\n\r\nabc",
+	"HTTP/1.1 200 OK\r\nContent-Length: 007\r\n\r\n1234567",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive, Close\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nX-Spaces:   padded value \t \r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nX-Empty:\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nX-Obs: caf\xe9\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",                     // truncated body
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", // left to net/http
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+	"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\n\r\nuntil close",
+	"HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\nContent-Length: 1\n\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: 1\nX: y\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nBad Name: v\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nName : v\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: 1 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\nx",
+	"HTTP/1.1 2000 OK\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 20 OK\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1  200 OK\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 O\x01K\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 600 Custom\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nTrailer: X-T\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n", // head not whole
+	"",
+}
+
+// checkResponseFast reads data with readResponseFast and, if it took the
+// response, with http.ReadResponse, and fails on any difference: the
+// head, the body and its end, and what is left on the connection.
+func checkResponseFast(t *testing.T, data []byte, method string) (took bool) {
+	req, _ := http.NewRequest(method, "http://upstream/", nil)
+	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
+	_, _ = br.Peek(1) // buffer what has arrived, as the pool's Peek does
+	before := br.Buffered()
+	fast, ok := readResponseFast(br, req)
+	if !ok {
+		if br.Buffered() != before {
+			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
+		}
+		return false
+	}
+	std, err := http.ReadResponse(bufio.NewReaderSize(bytes.NewReader(data), 4096), req)
+	if err != nil {
+		t.Fatalf("took %q, which net/http rejects: %v", data, err)
+	}
+	type head struct {
+		Status                string
+		StatusCode            int
+		Proto                 string
+		ProtoMajor, ProtoMinr int
+		Header                http.Header
+		ContentLength         int64
+		TransferEncoding      []string
+		Close                 bool
+		Trailer               http.Header
+	}
+	h := func(r *http.Response) head {
+		return head{r.Status, r.StatusCode, r.Proto, r.ProtoMajor, r.ProtoMinor, r.Header, r.ContentLength, r.TransferEncoding, r.Close, r.Trailer}
+	}
+	if a, b := h(fast), h(std); !reflect.DeepEqual(a, b) {
+		t.Fatalf("response %q:\nfast    %+v\nnet/http %+v", data, a, b)
+	}
+	if (fast.Body == http.NoBody) != (std.Body == http.NoBody) {
+		t.Fatalf("response %q: NoBody fast %v, net/http %v", data, fast.Body == http.NoBody, std.Body == http.NoBody)
+	}
+	// net/http's reader consumed the same head: read the rest through both.
+	stdBr := bufio.NewReaderSize(bytes.NewReader(data), 4096)
+	std, _ = http.ReadResponse(stdBr, req)
+	fb, ferr := io.ReadAll(fast.Body)
+	sb, serr := io.ReadAll(std.Body)
+	if !bytes.Equal(fb, sb) || errors.Is(ferr, io.ErrUnexpectedEOF) != errors.Is(serr, io.ErrUnexpectedEOF) || (ferr == nil) != (serr == nil) {
+		t.Fatalf("response %q body: fast %q %v, net/http %q %v", data, fb, ferr, sb, serr)
+	}
+	fr, _ := io.ReadAll(br)
+	sr, _ := io.ReadAll(stdBr)
+	if !bytes.Equal(fr, sr) {
+		t.Fatalf("response %q: left on the connection fast %q, net/http %q", data, fr, sr)
+	}
+	return true
+}
+
+func TestReadResponseFast(t *testing.T) {
+	took := map[string]bool{}
+	for _, s := range responseSeeds {
+		took[s] = checkResponseFast(t, []byte(s), http.MethodGet)
+		if checkResponseFast(t, []byte(s), http.MethodHead) {
+			t.Errorf("took a response to HEAD: %q", s)
+		}
+	}
+	// The common shapes must take the fast path, or it is dead code.
+	for _, s := range responseSeeds[:11] {
+		if !took[s] {
+			t.Errorf("declined a plain response: %q", s)
+		}
+	}
+	for _, s := range []string{responseSeeds[12], responseSeeds[14], responseSeeds[16], responseSeeds[20], responseSeeds[22]} {
+		if took[s] {
+			t.Errorf("took a response it must leave to net/http: %q", s)
+		}
+	}
+}
+
+// FuzzReadResponseFast: whatever the fast reader takes, net/http takes the
+// same way (run on its seeds by go test; `go test -fuzz` explores).
+func FuzzReadResponseFast(f *testing.F) {
+	for _, s := range responseSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkResponseFast(t, data, http.MethodGet)
+		if strings.HasPrefix(string(data), "HTTP/1.1 ") {
+			checkResponseFast(t, data, http.MethodPost)
+		}
+	})
+}
+
+// requestSeeds are downstream requests the fast reader must take exactly as
+// net/http does, or leave to it.
+var requestSeeds = []string{
+	"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /path?q=1&r=%20x HTTP/1.1\r\nHost: svc.ns.svc.cluster.local:8080\r\nUser-Agent: fortio.org/fortio-1.68.2\r\nAccept: */*\r\n\r\n",
+	"HEAD /h HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+	"DELETE /d HTTP/1.1\r\nhost: a\r\nx-request-id: 1\r\nX-Request-Id: 2\r\n\r\nGET /next HTTP/1.1\r\n", // pipelined
+	"OPTIONS /o HTTP/1.1\r\nHost: a\r\nX-Pad:  v \t\r\nX-Empty:\r\n\r\n",
+	"GET /caf%C3%A9 HTTP/1.1\r\nHost: [::1]:80\r\nX-Obs: caf\xe9\r\nExpect: 100-continue\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", // left to net/http from here
+	"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+	"GET / HTTP/1.1\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+	"GET / HTTP/1.0\r\nHost: a\r\n\r\n",
+	"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+	"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET / HTTP/1.1 \r\nHost: a\r\n\r\n",
+	"GET / x HTTP/1.1\r\nHost: a\r\n\r\n",
+	"get / HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET / HTTP/1.1\nHost: a\n\n",
+	"GET / HTTP/1.1\r\nHost: a\nX: y\r\n\r\n",
+	"GET / HTTP/1.1\r\nX-Fold: a\r\n b\r\nHost: a\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+	"GET / HTTP/1.1\r\n Host: a\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\nTrailer: X\r\n\r\n",
+	"GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a\r\n", // head not whole
+	"",
+}
+
+// checkRequestFast reads data with readRequestFast and, if it took the
+// request, with http.ReadRequest, and fails on any difference.
+func checkRequestFast(t *testing.T, data []byte) (took bool) {
+	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
+	_, _ = br.Peek(1)
+	before := br.Buffered()
+	fast, ok := readRequestFast(br)
+	if !ok {
+		if br.Buffered() != before {
+			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
+		}
+		return false
+	}
+	stdBr := bufio.NewReaderSize(bytes.NewReader(data), 4096)
+	std, err := http.ReadRequest(stdBr)
+	if err != nil {
+		t.Fatalf("took %q, which net/http rejects: %v", data, err)
+	}
+	type head struct {
+		Method                string
+		URL                   *url.URL
+		Proto                 string
+		ProtoMajor, ProtoMinr int
+		Header                http.Header
+		Host, RequestURI      string
+		ContentLength         int64
+		TransferEncoding      []string
+		Close                 bool
+		Trailer               http.Header
+		NoBody                bool
+	}
+	h := func(r *http.Request) head {
+		return head{r.Method, r.URL, r.Proto, r.ProtoMajor, r.ProtoMinor, r.Header, r.Host, r.RequestURI, r.ContentLength,
+			r.TransferEncoding, r.Close, r.Trailer, r.Body == http.NoBody}
+	}
+	if a, b := h(fast), h(std); !reflect.DeepEqual(a, b) {
+		t.Fatalf("request %q:\nfast    %+v\nnet/http %+v", data, a, b)
+	}
+	fr, _ := io.ReadAll(br)
+	sr, _ := io.ReadAll(stdBr)
+	if !bytes.Equal(fr, sr) {
+		t.Fatalf("request %q: left on the connection fast %q, net/http %q", data, fr, sr)
+	}
+	return true
+}
+
+func TestReadRequestFast(t *testing.T) {
+	for i, s := range requestSeeds {
+		took := checkRequestFast(t, []byte(s))
+		if plain := i < 7; took != plain {
+			t.Errorf("request %q: fast path took it %v, want %v", s, took, plain)
+		}
+	}
+}
+
+// FuzzReadRequestFast: whatever the fast reader takes, net/http takes the
+// same way (run on its seeds by go test; `go test -fuzz` explores).
+func FuzzReadRequestFast(f *testing.F) {
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkRequestFast(t, data) })
+}
