@@ -31,7 +31,10 @@ const (
 //
 // A page that is a private copy (a debugger's breakpoint, a uprobe, a
 // relocated read-only page of a position-independent binary) is kept:
-// releasing it would bring back the file's contents.
+// releasing it would bring back the file's contents. A breakpoint or uprobe
+// set in the microseconds between the pagemap read and the madvise would be
+// lost: nothing makes the two one step. Under mlockall madvise fails with
+// EINVAL (the caller then stops trying).
 func releaseImagePages() (int64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -17,8 +19,9 @@ const memReleaseDelay = time.Second
 // it mapped for minutes. Kicks within memReleaseDelay of each other run it
 // once.
 type memReleaser struct {
-	delay   time.Duration
-	release func(log *slog.Logger, binaryPages bool)
+	delay time.Duration
+	// release returns false to stop releasing the binary's pages.
+	release func(log *slog.Logger, binaryPages bool) bool
 	mu      sync.Mutex
 	t       *time.Timer
 	log     *slog.Logger
@@ -50,7 +53,11 @@ func (m *memReleaser) run() {
 	if log == nil {
 		log = slog.Default()
 	}
-	m.release(log, binary)
+	if !m.release(log, binary) {
+		m.mu.Lock()
+		m.binary = false
+		m.mu.Unlock()
+	}
 }
 
 // releaseMemory is the process's releaser.
@@ -60,15 +67,21 @@ var releaseMemory = &memReleaser{delay: memReleaseDelay, release: releaseAll}
 // binaryPages) drops the executable's pages that start-up and the
 // configuration load touched (releaseImagePages): what the request path
 // needs is mapped again on its first use.
-func releaseAll(log *slog.Logger, binaryPages bool) {
+func releaseAll(log *slog.Logger, binaryPages bool) bool {
 	debug.FreeOSMemory()
 	if !binaryPages {
-		return
+		return false
 	}
 	n, err := releaseImagePages()
-	if err != nil {
+	switch {
+	case errors.Is(err, syscall.EINVAL):
+		// Locked memory (mlockall) cannot be released: stop trying.
+		log.Info("memory release: the binary's pages are locked; not releasing them", "err", err)
+		return false
+	case err != nil:
 		log.Warn("memory release: binary pages", "err", err)
-		return
+	default:
+		log.Debug("memory released", "binary_pages_bytes", n)
 	}
-	log.Debug("memory released", "binary_pages_bytes", n)
+	return true
 }

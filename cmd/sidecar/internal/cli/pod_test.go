@@ -104,7 +104,7 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 
 func TestMemReleaserRunsOnceAfterABurst(t *testing.T) {
 	ran := make(chan struct{}, 10)
-	m := &memReleaser{delay: 50 * time.Millisecond, release: func(*slog.Logger, bool) { ran <- struct{}{} }}
+	m := &memReleaser{delay: 50 * time.Millisecond, release: func(*slog.Logger, bool) bool { ran <- struct{}{}; return true }}
 	for range 5 {
 		m.kick()
 	}
