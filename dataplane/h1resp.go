@@ -29,16 +29,11 @@ func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response,
 	if req.Method == http.MethodHead {
 		return nil, false
 	}
-	buf, _ := br.Peek(br.Buffered())
-	end := bytes.Index(buf, []byte("\r\n\r\n"))
-	if end < 0 {
+	buf, end, nl, ok := bufferedHead(br)
+	if !ok {
 		return nil, false
 	}
 	// Status line: "HTTP/1.1 200 OK" or "HTTP/1.1 200".
-	nl := bytes.IndexByte(buf, '\n') // at most end+1
-	if nl < 1 || buf[nl-1] != '\r' {
-		return nil, false
-	}
 	line := buf[:nl-1]
 	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
 		return nil, false
@@ -78,6 +73,22 @@ func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response,
 		resp.Body = &sizedBody{br: br, n: cl}
 	}
 	return resp, true
+}
+
+// bufferedHead finds a head whole in br's buffer, without reading or
+// consuming: buf[:end] is the head up to its blank line, buf[nl] ends the
+// first line, with a CR before it. ok is false if the head is not all
+// there or the first line ends in a bare LF.
+func bufferedHead(br *bufio.Reader) (buf []byte, end, nl int, ok bool) {
+	buf, _ = br.Peek(br.Buffered())
+	if end = bytes.Index(buf, []byte("\r\n\r\n")); end < 0 {
+		return nil, 0, 0, false
+	}
+	nl = bytes.IndexByte(buf, '\n') // at most end+1
+	if nl < 1 || buf[nl-1] != '\r' {
+		return nil, 0, 0, false
+	}
+	return buf, end, nl, true
 }
 
 // headerFacts is what parseHeaderLines saw of framing and routing.
@@ -163,13 +174,8 @@ func parseHeaderLines(rest string) (h http.Header, f headerFacts, ok bool) {
 // takes what net/http would have taken the same way, so request framing
 // (smuggling) stays net/http's.
 func readRequestFast(br *bufio.Reader) (req *http.Request, ok bool) {
-	buf, _ := br.Peek(br.Buffered())
-	end := bytes.Index(buf, []byte("\r\n\r\n"))
-	if end < 0 {
-		return nil, false
-	}
-	nl := bytes.IndexByte(buf, '\n') // at most end+1
-	if nl < 1 || buf[nl-1] != '\r' {
+	buf, end, nl, ok := bufferedHead(br)
+	if !ok {
 		return nil, false
 	}
 	head := string(buf[:end+2])

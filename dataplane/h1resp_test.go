@@ -106,12 +106,19 @@ func checkResponseFast(t *testing.T, data []byte, method string) (took bool) {
 	if !bytes.Equal(fb, sb) || errors.Is(ferr, io.ErrUnexpectedEOF) != errors.Is(serr, io.ErrUnexpectedEOF) || (ferr == nil) != (serr == nil) {
 		t.Fatalf("response %q body: fast %q %v, net/http %q %v", data, fb, ferr, sb, serr)
 	}
-	fr, _ := io.ReadAll(br)
-	sr, _ := io.ReadAll(stdBr)
-	if !bytes.Equal(fr, sr) {
-		t.Fatalf("response %q: left on the connection fast %q, net/http %q", data, fr, sr)
-	}
+	sameRest(t, data, br, stdBr)
 	return true
+}
+
+// sameRest fails unless both readers have the same bytes left after the
+// head (and body) of data.
+func sameRest(t *testing.T, data []byte, fast, std *bufio.Reader) {
+	t.Helper()
+	fr, _ := io.ReadAll(fast)
+	sr, _ := io.ReadAll(std)
+	if !bytes.Equal(fr, sr) {
+		t.Fatalf("%q: left on the connection fast %q, net/http %q", data, fr, sr)
+	}
 }
 
 func TestReadResponseFast(t *testing.T) {
@@ -225,11 +232,7 @@ func checkRequestFast(t *testing.T, data []byte) (took bool) {
 	if a, b := h(fast), h(std); !reflect.DeepEqual(a, b) {
 		t.Fatalf("request %q:\nfast    %+v\nnet/http %+v", data, a, b)
 	}
-	fr, _ := io.ReadAll(br)
-	sr, _ := io.ReadAll(stdBr)
-	if !bytes.Equal(fr, sr) {
-		t.Fatalf("request %q: left on the connection fast %q, net/http %q", data, fr, sr)
-	}
+	sameRest(t, data, br, stdBr)
 	return true
 }
 
