@@ -101,8 +101,11 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}, nodes: o.Nodes}
 	apiExtra, controllers := []string{}, ""
 	if o.Nodes {
-		apiExtra = append(apiExtra, "--kubelet-preferred-address-types=InternalIP")
-		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller,job-controller"
+		// Webhooks are called at their Service's endpoint addresses (pods
+		// on the nodes): there is no kube-proxy for ClusterIPs here. That
+		// routing reads Endpoints, so their controller runs too.
+		apiExtra = append(apiExtra, "--kubelet-preferred-address-types=InternalIP", "--enable-aggregator-routing=true")
+		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller,job-controller,endpoints-controller"
 	}
 	t.Cleanup(c.stop)
 	c.pki(t)
@@ -212,7 +215,7 @@ func (c *Cluster) pki(t testing.TB) {
 	c.caKey = caKey
 	writePEM(t, filepath.Join(c.Dir, "ca.crt"), "CERTIFICATE", caDER)
 	c.issue(t, "apiserver", pkix.Name{CommonName: "kube-apiserver"}, []string{"localhost", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}, x509.ExtKeyUsageServerAuth)
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1"), net.ParseIP(ControlPlaneIP)}, x509.ExtKeyUsageServerAuth)
 	c.issue(t, "admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, nil, nil, x509.ExtKeyUsageClientAuth)
 	sa, _ := rsa.GenerateKey(rand.Reader, 2048)
 	writePEM(t, filepath.Join(c.Dir, "sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(sa))

@@ -56,6 +56,8 @@ const (
 	PauseImage   = "docker.io/local/pause:v1"
 	EchoImage    = "docker.io/local/echo:v1"
 	SidecarImage = "docker.io/local/meshlet-sidecar:v1"
+	// InjectorImage is cmd/injector, run from deploy/'s Deployment.
+	InjectorImage = "docker.io/local/meshlet-injector:v1"
 )
 
 // podRange and serviceRange are the pod networks and the API server's
@@ -96,6 +98,7 @@ func buildImages(t *testing.T, bin string) []string {
 		{"./e2e/images/pause", "pause", PauseImage, "/pause"},
 		{"./e2e/images/echo", "echo", EchoImage, "/echo"},
 		{"./cmd/sidecar", "sidecar", SidecarImage, "/usr/local/bin/sidecar"},
+		{"./cmd/injector", "injector", InjectorImage, "/usr/local/bin/injector"},
 	} {
 		out := filepath.Join(dir, img.file)
 		// As `make sidecar` builds it (static, -tags grpcnotrace).

@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +28,7 @@ import (
 const usage = `usage:
   injector serve [-kubeconfig FILE] [-namespace meshlet-system] [-trust-domain cluster.local] [-image IMAGE]
                  [-webhook-addr :9443] [-grpc-addr :15012] [-monitoring-addr :15014]
+                 [-control-plane HOST:PORT] [-extra-hosts H1,H2] [-image-pull-policy IfNotPresent]
       run the control plane (in-cluster config unless -kubeconfig)
   injector inject -f manifest.yaml [-image IMAGE] [-server-minor 30]
       print the manifest with the meshlet sidecar injected into its Pods and pod templates ("-f -" reads stdin)`
@@ -86,8 +90,28 @@ func serve(args []string) error {
 	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "webhook HTTPS listen address")
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "SDS + xDS listen address")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "metrics listen address")
+	controlPlane := fs.String("control-plane", "", "the SDS / xDS address injected sidecars dial (default: the Service, meshlet-injector.NAMESPACE.svc and the -grpc-addr port); an IP where pods have no cluster DNS")
+	extraHosts := fs.String("extra-hosts", "", "comma-separated names and IPs added to the control plane's serving certificate (the Service names are always in it)")
+	pullPolicy := fs.String("image-pull-policy", string(opts.Sidecar.ImagePullPolicy), "the injected sidecar's imagePullPolicy: Always, IfNotPresent or Never")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("serve: %w\n%s", err, usage)
+	}
+	if *controlPlane != "" {
+		if _, _, err := net.SplitHostPort(*controlPlane); err != nil {
+			return fmt.Errorf("serve: -control-plane %q: want HOST:PORT: %w", *controlPlane, err)
+		}
+		opts.Sidecar.ControlPlane, opts.ControlPlaneService = *controlPlane, ""
+	}
+	for _, h := range strings.Split(*extraHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opts.Hosts = append(opts.Hosts, h)
+		}
+	}
+	switch p := corev1.PullPolicy(*pullPolicy); p {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		opts.Sidecar.ImagePullPolicy = p
+	default:
+		return fmt.Errorf("serve: -image-pull-policy %q: want Always, IfNotPresent or Never", *pullPolicy)
 	}
 	var cfg *rest.Config
 	var err error

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,19 @@ func TestInjectDryRun(t *testing.T) {
 	}
 	if err := run([]string{"inject", "-f", "-"}, strings.NewReader("kind: Pod\nspec: [1"), &out); err == nil {
 		t.Error("broken YAML accepted")
+	}
+}
+
+// TestServeRejectsBadFlags: a bad flag value is refused, naming the flag,
+// before any connection to the cluster.
+func TestServeRejectsBadFlags(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-image-pull-policy Sometimes", `-image-pull-policy "Sometimes"`},
+		{"-control-plane 10.250.0.1", `-control-plane "10.250.0.1": want HOST:PORT`},
+	} {
+		err := run(append([]string{"serve"}, strings.Fields(c.args)...), strings.NewReader(""), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %s: %v, want an error with %q", c.args, err, c.want)
+		}
 	}
 }

@@ -1,0 +1,156 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshlet-dev/meshlet/deploy"
+	"github.com/meshlet-dev/meshlet/webhook"
+)
+
+// apiRelay forwards TCP from ControlPlaneIP:6443 to the API server (which
+// listens on loopback only), for pods: it stands in for kube-proxy's route
+// to the kubernetes Service, which this cluster does not run. TLS passes
+// through (the API server's certificate names ControlPlaneIP).
+func apiRelay(t *testing.T, c *Cluster) string {
+	t.Helper()
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ControlPlaneIP, "6443"))
+	if err != nil {
+		t.Fatalf("API relay: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", u.Host)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestRealNodesInjectorPod runs the control plane as deploy/ ships it: the
+// injector Deployment's pod on a real node, in-cluster config (its
+// ServiceAccount token and the cluster CA the kubelet mounts), the webhook
+// reached by the API server through the injector Service's endpoints, the
+// MutatingWebhookConfiguration's caBundle patched by the pod, and an
+// injected pod whose sidecar takes its certificate and configuration from
+// the injector pod over SDS and xDS. Changes to deploy/'s Deployment, all
+// for this machine: the locally built image (never pulled), one replica,
+// KUBERNETES_SERVICE_HOST pointing at apiRelay (no kube-proxy), and the
+// control plane advertised to sidecars at its pod IP (no cluster DNS).
+func TestRealNodesInjectorPod(t *testing.T) {
+	c := StartClusterWith(t, ClusterOptions{Nodes: true})
+	c.StartNodes(t, "zone-a", "zone-b")
+	relay := apiRelay(t, c)
+	ctx := context.Background()
+	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
+
+	d, err := c.Client.AppsV1().Deployments("meshlet-system").Get(ctx, "meshlet-injector", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	d.Spec.Replicas = &one
+	ctr := &d.Spec.Template.Spec.Containers[0]
+	ctr.Image, ctr.ImagePullPolicy = InjectorImage, corev1.PullNever
+	host, port, _ := net.SplitHostPort(relay)
+	ctr.Env = append(ctr.Env,
+		corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+	ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1",
+		"-control-plane", "$(POD_IP):15012", "-extra-hosts", "$(POD_IP)")
+	if _, err := c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The injector pod Ready (its /ready: CA loaded, webhook serving).
+	var inj corev1.Pod
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		list, err := c.Client.CoreV1().Pods("meshlet-system").List(ctx, metav1.ListOptions{LabelSelector: "app=meshlet-injector"})
+		ready := false
+		if err == nil {
+			for _, p := range list.Items {
+				if p.Spec.Containers[0].Image != InjectorImage || p.DeletionTimestamp != nil {
+					continue
+				}
+				inj = p
+				for _, cond := range p.Status.Conditions {
+					ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+				}
+			}
+		}
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the injector pod is not Ready after 120 s: %s %+v\nlog:\n%s", inj.Name, inj.Status.ContainerStatuses, c.podLog(t, inj, "injector"))
+		}
+	}
+	t.Logf("injector pod %s on %s: %s", inj.Name, inj.Spec.NodeName, inj.Status.PodIP)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "meshlet-injector", metaGet)
+		if err == nil && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0 {
+			if mwc.Webhooks[0].ClientConfig.Service == nil || mwc.Webhooks[0].ClientConfig.URL != nil {
+				t.Fatalf("the webhook is not called through its Service: %+v", mwc.Webhooks[0].ClientConfig)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the injector pod never patched the caBundle:\n%s", c.podLog(t, inj, "injector"))
+		}
+	}
+
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
+		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDefaultSA(t, "shop")
+	grace := int64(2)
+	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo", Labels: map[string]string{"app": "echo"}},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "app", Image: EchoImage, ImagePullPolicy: corev1.PullNever,
+			Env: []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}}, Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a pod in the labelled namespace (admitted by the injector pod's webhook): %v\ninjector log:\n%s", err, c.podLog(t, inj, "injector"))
+	}
+	p := waitPodReady(t, c, "shop", "echo", 120*time.Second)
+	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer {
+		t.Fatalf("pod echo has no meshlet sidecar: %+v", p.Spec.InitContainers)
+	}
+	sc := p.Spec.InitContainers[0]
+	want := net.JoinHostPort(inj.Status.PodIP, "15012")
+	for _, e := range sc.Env {
+		if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != want {
+			t.Errorf("the sidecar dials %s, want the injector pod's %s", e.Value, want)
+		}
+	}
+	// The injected sidecar runs with -xds and -sds at that address, and
+	// is Ready only once it has the first configuration over xDS and its
+	// certificate over SDS, both from the injector pod.
+	t.Logf("pod echo on %s admitted by the injector pod, sidecar Ready with the control plane at %s", p.Spec.NodeName, want)
+}
