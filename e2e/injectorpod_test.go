@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet-dev/meshlet/deploy"
-	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 // apiRelay forwards TCP from ControlPlaneIP:6443 to the API server (which
@@ -53,23 +52,21 @@ func apiRelay(t *testing.T, c *Cluster) string {
 	return l.Addr().String()
 }
 
-// TestRealNodesInjectorPod runs the control plane as deploy/ ships it: the
-// injector Deployment's pod on a real node, in-cluster config (its
-// ServiceAccount token and the cluster CA the kubelet mounts), the webhook
-// reached by the API server through the injector Service's endpoints, the
-// MutatingWebhookConfiguration's caBundle patched by the pod, and an
-// injected pod whose sidecar takes its certificate and configuration from
-// the injector pod over SDS and xDS. Changes to deploy/'s Deployment, all
-// for this machine: the locally built image (never pulled), one replica,
-// KUBERNETES_SERVICE_HOST pointing at apiRelay (no kube-proxy), and the
-// control plane advertised to sidecars at its pod IP (no cluster DNS).
-func TestRealNodesInjectorPod(t *testing.T) {
-	c := StartClusterWith(t, ClusterOptions{Nodes: true})
-	c.StartNodes(t, "zone-a", "zone-b")
+// startInjectorPod runs the control plane as deploy/ ships it: deploy/'s
+// manifest applied, the injector Deployment's pod on a node, with in-cluster
+// config (the ServiceAccount token and cluster CA the kubelet mounts); the
+// API server calls its webhook through the Service's endpoints, and it
+// patches the webhook configuration's caBundle itself. Changes to the
+// Deployment, all for this machine: the locally built image (never
+// pulled), one replica, KUBERNETES_SERVICE_HOST pointing at apiRelay (no
+// kube-proxy), the control plane advertised to sidecars at its pod IP (no
+// cluster DNS), the sidecar image and one worker. It returns the pod once
+// Ready with the caBundle in.
+func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
+	t.Helper()
 	relay := apiRelay(t, c)
 	ctx := context.Background()
 	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-
 	d, err := c.Client.AppsV1().Deployments("meshlet-system").Get(ctx, "meshlet-injector", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +85,6 @@ func TestRealNodesInjectorPod(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
 	// The injector pod Ready (its /ready: CA loaded, webhook serving).
 	var inj corev1.Pod
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -119,38 +115,23 @@ func TestRealNodesInjectorPod(t *testing.T) {
 			if mwc.Webhooks[0].ClientConfig.Service == nil || mwc.Webhooks[0].ClientConfig.URL != nil {
 				t.Fatalf("the webhook is not called through its Service: %+v", mwc.Webhooks[0].ClientConfig)
 			}
-			break
+			return inj
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the injector pod never patched the caBundle:\n%s", c.podLog(t, inj, "injector"))
 		}
 	}
+}
 
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
-		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitDefaultSA(t, "shop")
-	grace := int64(2)
-	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo", Labels: map[string]string{"app": "echo"}},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "app", Image: EchoImage, ImagePullPolicy: corev1.PullNever,
-			Env: []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}}, Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create a pod in the labelled namespace (admitted by the injector pod's webhook): %v\ninjector log:\n%s", err, c.podLog(t, inj, "injector"))
-	}
-	p := waitPodReady(t, c, "shop", "echo", 120*time.Second)
-	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer {
-		t.Fatalf("pod echo has no meshlet sidecar: %+v", p.Spec.InitContainers)
-	}
-	sc := p.Spec.InitContainers[0]
+// checkControlPlane fails unless pod p's sidecar dials the injector pod.
+func checkControlPlane(t *testing.T, p corev1.Pod, inj corev1.Pod) {
+	t.Helper()
 	want := net.JoinHostPort(inj.Status.PodIP, "15012")
-	for _, e := range sc.Env {
-		if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != want {
-			t.Errorf("the sidecar dials %s, want the injector pod's %s", e.Value, want)
+	for _, ctr := range p.Spec.InitContainers {
+		for _, e := range ctr.Env {
+			if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != want {
+				t.Errorf("pod %s: the sidecar dials %s, want the injector pod's %s", p.Name, e.Value, want)
+			}
 		}
 	}
-	// The injected sidecar runs with -xds and -sds at that address, and
-	// is Ready only once it has the first configuration over xDS and its
-	// certificate over SDS, both from the injector pod.
-	t.Logf("pod echo on %s admitted by the injector pod, sidecar Ready with the control plane at %s", p.Spec.NodeName, want)
 }

@@ -23,15 +23,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/meshlet-dev/meshlet/deploy"
-	"github.com/meshlet-dev/meshlet/injector"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 // TestRealNodesMesh is the whole product on real Kubernetes nodes built on
 // this machine: three kubelets with containerd in zones a, b and c, the
-// real scheduler and controllers, the injector process registered by URL
-// and serving SDS and xDS. A labelled namespace's pods (a 3-replica echo
+// real scheduler and controllers, and the control plane as deploy/ ships it
+// (startInjectorPod: the injector Deployment's pod, its webhook called
+// through the Service's endpoints, serving SDS and xDS). A labelled namespace's pods (a 3-replica echo
 // Deployment spread over the zones, and a client) are admitted with the
 // native sidecar, which the kubelet starts first; each sidecar attaches the
 // eBPF redirect to its pod's cgroup, switches to uid 1337 and gets its
@@ -48,37 +47,12 @@ func TestRealNodesMesh(t *testing.T) {
 	t.Logf("%d nodes Ready in %.1f s", len(nodes), time.Since(start).Seconds())
 	ctx := context.Background()
 
-	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-	s, stop := startInjectorWith(t, c, func(o *injector.Options) {
-		o.Hosts = append(o.Hosts, ControlPlaneIP)
-		o.GRPCAddr = ControlPlaneIP + ":15012"
-		// No cluster DNS here: the sidecars dial the control plane's IP
-		// (its certificate names it) instead of the Service name.
-		o.ControlPlaneService = ""
-		o.Sidecar.ControlPlane = ControlPlaneIP + ":15012"
-		o.Sidecar.Image = SidecarImage
-		o.Sidecar.ImagePullPolicy = corev1.PullNever
-		o.Sidecar.Concurrency = 1
-	})
-	defer stop()
-	hook := "https://" + s.Addrs()["webhook"] + "/inject"
-	c.Kubectl(t, "", "patch", "mutatingwebhookconfiguration", "meshlet-injector", "--type=json", "-p",
-		fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/clientConfig","value":{"url":%q}},{"op":"replace","path":"/webhooks/1/clientConfig","value":{"url":%q}}]`, hook, hook))
+	inj := startInjectorPod(t, c)
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
 		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.waitDefaultSA(t, "shop")
-	// The webhook's caBundle must be in before the first pod.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "meshlet-injector", metaGet)
-		if err == nil && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("caBundle never patched")
-		}
-	}
 
 	svc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
@@ -154,6 +128,7 @@ func TestRealNodesMesh(t *testing.T) {
 		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer || p.Spec.InitContainers[0].RestartPolicy == nil {
 			t.Fatalf("pod %s: no native meshlet sidecar: %+v", p.Name, p.Spec.InitContainers)
 		}
+		checkControlPlane(t, p, inj)
 		if p.Labels["app"] == "echo" {
 			echoIPs = append(echoIPs, p.Status.PodIP)
 			seenZones[zones[p.Spec.NodeName]] = true
