@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/meshlet-dev/meshlet/deploy"
 )
@@ -67,23 +68,28 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	relay := apiRelay(t, c)
 	ctx := context.Background()
 	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-	d, err := c.Client.AppsV1().Deployments("meshlet-system").Get(ctx, "meshlet-injector", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := int32(1)
-	d.Spec.Replicas = &one
-	ctr := &d.Spec.Template.Spec.Containers[0]
-	ctr.Image, ctr.ImagePullPolicy = InjectorImage, corev1.PullNever
 	host, port, _ := net.SplitHostPort(relay)
-	ctr.Env = append(ctr.Env,
-		corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
-		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
-	ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1",
-		"-control-plane", "$(POD_IP):15012", "-extra-hosts", "$(POD_IP)")
-	if _, err := c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// The deployment controller writes the Deployment too: retry on a
+	// conflict with a fresh copy.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := c.Client.AppsV1().Deployments("meshlet-system").Get(ctx, "meshlet-injector", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		one := int32(1)
+		d.Spec.Replicas = &one
+		ctr := &d.Spec.Template.Spec.Containers[0]
+		ctr.Image, ctr.ImagePullPolicy = InjectorImage, corev1.PullNever
+		ctr.Env = append(ctr.Env,
+			corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+		ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1",
+			"-control-plane", "$(POD_IP):15012", "-extra-hosts", "$(POD_IP)")
+		_, err = c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("set up deploy/'s injector Deployment for this machine: %v", err)
 	}
 	// The injector pod Ready (its /ready: CA loaded, webhook serving).
 	var inj corev1.Pod
