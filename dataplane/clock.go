@@ -134,16 +134,6 @@ func (c *clock) withTimeout(ctx context.Context, d time.Duration, cause error) (
 	}
 }
 
-// timeout runs fn once d has passed (within a tick; a runtime timer
-// under preciseBelow) unless the returned stop is called first.
-func (c *clock) timeout(d time.Duration, fn func()) (stop func()) {
-	if d < preciseBelow {
-		t := time.AfterFunc(d, fn)
-		return func() { t.Stop() }
-	}
-	return c.after(d, fn).stop
-}
-
 // timeoutError is a deadline that passed: it is a context.DeadlineExceeded
 // and a net.Error timeout, as the deadline of a runtime timer would be.
 type timeoutError struct{ what string }

@@ -435,8 +435,10 @@ type h1Writer struct {
 	hijacked   bool
 	trailers   []string // announced in the Trailer header
 	watch      dcWatch
-	// routeTimeout is the route timeout's alarm (armRouteTimeout).
+	// routeTimeout is the route timeout's alarm, routeTimer its runtime
+	// timer when short (armRouteTimeout).
 	routeTimeout alarm
+	routeTimer   *time.Timer
 	// cancel ends the request's context with a cause (the route
 	// timeout's); cancelRequest also aborts the upstream exchange.
 	cancel context.CancelCauseFunc
@@ -446,12 +448,24 @@ type h1Writer struct {
 	wantsClose bool
 }
 
-// armRouteTimeout ends the request with errRouteTimeout once d has passed,
-// on the worker's clock (for d >= preciseBelow), unless
-// rw.routeTimeout.stop is called first.
+// armRouteTimeout ends the request with errRouteTimeout once d has passed
+// (unless stopRouteTimeout comes first): on the worker's clock, with the
+// alarm in the writer, or on a runtime timer under preciseBelow.
 func (rw *h1Writer) armRouteTimeout(d time.Duration) {
+	if d < preciseBelow {
+		rw.routeTimer = time.AfterFunc(d, rw.alarmFired)
+		return
+	}
 	rw.routeTimeout.target = rw
 	rw.c.w.clock.set(&rw.routeTimeout, d)
+}
+
+// stopRouteTimeout keeps the route timeout from firing if it has not yet.
+func (rw *h1Writer) stopRouteTimeout() {
+	if rw.routeTimer != nil {
+		rw.routeTimer.Stop()
+	}
+	rw.routeTimeout.stop()
 }
 
 func (rw *h1Writer) alarmFired() { rw.cancelRequest(errRouteTimeout) }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -14,17 +13,11 @@ import (
 )
 
 // rawExchange writes raw bytes to the proxy's outbound listener and reads
-// what comes back until the proxy closes the connection or 2 s pass.
-// rawExchange sends raw and reads until the server closes the connection,
-// as it must for each request given here (an error, HTTP/1.0 or
-// Connection: close).
+// until the proxy closes the connection, as it must for each request given
+// here (an error, HTTP/1.0 or Connection: close), or 2 s pass.
 func rawExchange(t *testing.T, s *Server, raw string) string {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s)
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +80,7 @@ func TestH1ServerFraming(t *testing.T) {
 	}
 
 	// 100-continue: the body is sent only once the proxy says so.
-	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialProxy(t, s)
 	io.WriteString(c, "POST /ask HTTP/1.1\r\nHost: echo\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
 	br := bufio.NewReader(c)
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))

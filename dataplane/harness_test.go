@@ -165,6 +165,18 @@ func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
 }
 
 // proxyURL is the outbound listener's URL.
+// dialProxy opens a TCP connection to the proxy's outbound listener,
+// closed at the end of the test.
+func dialProxy(t *testing.T, s *Server) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func proxyURL(s *Server) string {
 	if u, ok := proxyURLs.Load(s); ok {
 		return u.(string)

@@ -182,13 +182,11 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 
 	if t := route.cfg.Timeout; t > 0 {
-		if hw, ok := rw.(*h1Writer); ok && t >= preciseBelow {
+		if hw, ok := rw.(*h1Writer); ok {
 			// The request's own context takes the timeout (no context
-			// of its own for it), on an alarm in the writer.
-			defer hw.routeTimeout.stop()
+			// of its own for it).
 			hw.armRouteTimeout(t)
-		} else if ok {
-			defer w.clock.timeout(t, func() { hw.cancelRequest(errRouteTimeout) })()
+			defer hw.stopRouteTimeout()
 		} else {
 			ctx, cancel := w.clock.withTimeout(req.Context(), t, errRouteTimeout)
 			defer cancel()

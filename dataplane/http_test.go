@@ -251,10 +251,7 @@ func TestTCPProxy(t *testing.T) {
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(l.Addr().String(), "a")))
 	cfg.Listeners[0].Routes[0].Hosts = nil
 	s, logs := startServer(t, cfg)
-	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialProxy(t, s)
 	c.Write([]byte("\x00\x01hello"))
 	buf := make([]byte, 64)
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))

@@ -41,11 +41,7 @@ func TestWebSocketUpgradePassthrough(t *testing.T) {
 	for _, retry := range []lb.RetryPolicy{noRetry, {PerTryTimeout: 200 * time.Millisecond}} {
 		t.Run(fmt.Sprintf("per-try=%v", retry.PerTryTimeout), func(t *testing.T) {
 			s, logs := startServer(t, testConfig(retry, testCluster("echo", endpoint(ws, "a"))))
-			c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, s)
 			fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: echo\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
 			br := bufio.NewReader(c)
 			resp, err := http.ReadResponse(br, nil)
@@ -155,11 +151,7 @@ func TestServerFirstProtocol(t *testing.T) {
 			cfg.Listeners[0].ServerFirstPorts = tc.serverFirst
 			cfg.Listeners[0].DetectionTimeout = tc.detect
 			s, _ := startServer(t, cfg)
-			c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialProxy(t, s)
 			c.SetReadDeadline(time.Now().Add(3 * time.Second))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if line != "220 banner\r\n" {
