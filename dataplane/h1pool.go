@@ -161,7 +161,13 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
-	if ab := requestAbort(req); ab != nil {
+	rw, own := serverRequest(req)
+	var st *respStore // the response's storage: the server request's
+	if rw != nil {
+		st = &rw.store
+	}
+	if own {
+		ab := &rw.abort
 		ab.watch(pc.conn)
 		stop.abort = ab
 	} else {
@@ -188,7 +194,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 			return fail(err, true)
 		}
 		var fast bool
-		if resp, fast = readResponseFast(pc.br, req); !fast {
+		if resp, fast = readResponseFast(pc.br, req, st); !fast {
 			if resp, err = http.ReadResponse(pc.br, req); err != nil {
 				return fail(err, false)
 			}
@@ -214,7 +220,14 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		return resp, false, nil
 	}
 	sized := resp.ContentLength > 0 && len(resp.TransferEncoding) == 0
-	resp.Body = &h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep, sized: sized}
+	var b *h1Body
+	if st != nil {
+		b = &st.pool // an earlier attempt's body was read to its end or closed
+	} else {
+		b = new(h1Body)
+	}
+	*b = h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep, sized: sized}
+	resp.Body = b
 	return resp, false, nil
 }
 
@@ -278,7 +291,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 func writeHeaderLine(bw *bufio.Writer, k, v string) {
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
-	_, _ = bw.WriteString(strings.Trim(v, " \t"))
+	_, _ = bw.WriteString(trimOWS(v))
 	_, _ = bw.WriteString("\r\n")
 }
 

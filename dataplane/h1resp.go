@@ -25,7 +25,10 @@ import (
 // Anything else is declined (ok false) with nothing consumed, and the
 // caller reads it with http.ReadResponse, which also reports the errors:
 // this only ever takes a response net/http would have taken the same way.
-func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response, ok bool) {
+//
+// st, if not nil, holds the response, its body and its header map (an
+// HTTP/1 server request's, reused: no allocation but the head's string).
+func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp *http.Response, ok bool) {
 	if req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -54,7 +57,11 @@ func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response,
 		}
 	}
 	head := string(buf[:end+2]) // the one copy: status and values are slices of it
-	h, f, ok := parseHeaderLines(head[nl+1:])
+	var hs *headScratch
+	if st != nil {
+		hs = st.hdr
+	}
+	h, f, ok := parseHeaderLines(head[nl+1:], hs)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 1 {
 		return nil, false
 	}
@@ -63,16 +70,73 @@ func readResponseFast(br *bufio.Reader, req *http.Request) (resp *http.Response,
 		delete(h, "Connection") // as net/http's response reader does
 	}
 	_, _ = br.Discard(end + 4)
-	resp = &http.Response{
+	var body *sizedBody
+	if st != nil {
+		resp, body = &st.resp, &st.body
+	} else {
+		resp, body = new(http.Response), new(sizedBody)
+	}
+	*resp = http.Response{
 		Status: head[9 : nl-1], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, ContentLength: cl, Close: closing, Request: req,
 	}
 	if cl == 0 {
 		resp.Body = http.NoBody
 	} else {
-		resp.Body = &sizedBody{br: br, n: cl}
+		*body = sizedBody{br: br, n: cl}
+		resp.Body = body
 	}
 	return resp, true
+}
+
+// respStore is the storage of the upstream response of an HTTP/1 server
+// request (in its h1Writer): one response at a time, the next attempt's
+// overwriting the last, which has been read to its end and closed.
+type respStore struct {
+	resp http.Response
+	body sizedBody
+	pool h1Body
+	hdr  *headScratch // the server connection's, reused from request to request
+}
+
+// reqStore is the storage readRequestFast fills for an HTTP/1 server
+// request (in its h1Writer): the server makes its one copy of the request
+// (with its context) from it.
+type reqStore struct {
+	req http.Request
+	url url.URL
+}
+
+// headScratch is a header map and a backing array for its values that a
+// fast reader clears and reuses, for heads of up to reuseHeaders lines; a
+// longer head (or a map something grew past that) gets a new one. Only
+// one head at a time uses it: the reader's caller must be done with the
+// last (its map and value slices) before the next read.
+type headScratch struct {
+	h    http.Header
+	vals []string
+}
+
+// reuseHeaders is the most header lines a headScratch is reused for.
+const reuseHeaders = 16
+
+// get returns an empty header map and n empty values; s may be nil
+// (both new).
+func (s *headScratch) get(n int) (http.Header, []string) {
+	if s == nil || n > reuseHeaders {
+		return make(http.Header, n), make([]string, n)
+	}
+	if s.h == nil || len(s.h) > reuseHeaders {
+		s.h = make(http.Header, reuseHeaders)
+	} else {
+		clear(s.h)
+	}
+	if s.vals == nil {
+		s.vals = make([]string, reuseHeaders)
+	}
+	vals := s.vals[:n]
+	clear(vals)
+	return s.h, vals
 }
 
 // bufferedHead finds a head whole in br's buffer, without reading or
@@ -104,18 +168,18 @@ type headerFacts struct {
 
 // parseHeaderLines parses header lines, each ending in CRLF, into a header
 // map as net/http's textproto reader would, with the values sliced from
-// rest and one backing array for them. ok is false for anything the fast
+// rest and one backing array for them (map and array from s, which may be
+// nil). ok is false for anything the fast
 // readers leave to net/http: a line that is not a valid name, a colon and a
 // valid value (folded lines, bare LF, spaces before the colon, control
 // characters), more than 100 lines, a Content-Length that is not plain
 // digits.
-func parseHeaderLines(rest string) (h http.Header, f headerFacts, ok bool) {
+func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts, ok bool) {
 	n := strings.Count(rest, "\r\n")
 	if n > 100 {
 		return nil, f, false
 	}
-	h = make(http.Header, n)
-	vals := make([]string, n)
+	h, vals := s.get(n)
 	for i := 0; i < n; i++ {
 		eol := strings.Index(rest, "\r\n")
 		l := rest[:eol]
@@ -128,7 +192,7 @@ func parseHeaderLines(rest string) (h http.Header, f headerFacts, ok bool) {
 		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, f, false
 		}
-		v := strings.Trim(l[colon+1:], " \t")
+		v := trimOWS(l[colon+1:])
 		if !httpguts.ValidHeaderFieldValue(v) {
 			return nil, f, false
 		}
@@ -173,7 +237,9 @@ func parseHeaderLines(rest string) (h http.Header, f headerFacts, ok bool) {
 // nothing consumed, for http.ReadRequest to read or refuse: this only
 // takes what net/http would have taken the same way, so request framing
 // (smuggling) stays net/http's.
-func readRequestFast(br *bufio.Reader) (req *http.Request, ok bool) {
+//
+// st, if not nil, holds the request and its URL; else both are new.
+func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool) {
 	buf, end, nl, ok := bufferedHead(br)
 	if !ok {
 		return nil, false
@@ -190,7 +256,7 @@ func readRequestFast(br *bufio.Reader) (req *http.Request, ok bool) {
 	default:
 		return nil, false
 	}
-	h, f, ok := parseHeaderLines(head[nl+1:])
+	h, f, ok := parseHeaderLines(head[nl+1:], nil)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 0 || f.hosts != 1 {
 		return nil, false
 	}
@@ -198,16 +264,75 @@ func readRequestFast(br *bufio.Reader) (req *http.Request, ok bool) {
 	if !httpguts.ValidHostHeader(host) {
 		return nil, false
 	}
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
-		return nil, false
+	var u *url.URL
+	if st != nil {
+		req, u = &st.req, &st.url
+	} else {
+		req, u = new(http.Request), new(url.URL)
+	}
+	if !parseOriginForm(uri, u) {
+		pu, err := url.ParseRequestURI(uri)
+		if err != nil {
+			return nil, false
+		}
+		*u = *pu
 	}
 	delete(h, "Host")
 	_, _ = br.Discard(end + 4)
-	return &http.Request{
+	*req = http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Body: http.NoBody, Host: host, RequestURI: uri, Close: f.close,
-	}, true
+	}
+	return req, true
+}
+
+// parseOriginForm sets u to what url.ParseRequestURI gives for an
+// origin-form target ("/path?query") whose path has no percent escape and
+// only bytes url.URL keeps as they are in a path (so RawPath stays empty),
+// and whose query has no control character; it reports false, u untouched,
+// for any other target. FuzzReadRequestFast compares the two.
+func parseOriginForm(uri string, u *url.URL) bool {
+	path, query, hasQuery := strings.Cut(uri, "?")
+	if len(path) == 0 || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		if !plainPathByte[path[i]] {
+			return false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
+}
+
+// plainPathByte holds the bytes that url.URL writes unescaped in a path,
+// but '%' (an escape to decode) and '?': asked of net/url itself.
+var plainPathByte = func() (t [256]bool) {
+	for c := 0x21; c < 0x7f; c++ {
+		if c == '%' || c == '?' {
+			continue
+		}
+		p := "/" + string(rune(c))
+		t[c] = (&url.URL{Path: p}).EscapedPath() == p
+	}
+	return t
+}()
+
+// trimOWS trims spaces and tabs from both ends of a header value, as
+// strings.Trim(v, " \t") does, without its set building.
+func trimOWS(v string) string {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
 }
 
 // parseLength parses a Content-Length value as net/http does (decimal

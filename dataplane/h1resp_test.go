@@ -59,15 +59,16 @@ var responseSeeds = []string{
 	"",
 }
 
-// checkResponseFast reads data with readResponseFast and, if it took the
-// response, with http.ReadResponse, and fails on any difference: the
-// head, the body and its end, and what is left on the connection.
-func checkResponseFast(t *testing.T, data []byte, method string) (took bool) {
+// checkResponseFast reads data with readResponseFast (into st, if not
+// nil) and, if it took the response, with http.ReadResponse, and fails on
+// any difference: the head, the body and its end, and what is left on the
+// connection.
+func checkResponseFast(t *testing.T, data []byte, method string, st *respStore) (took bool) {
 	req, _ := http.NewRequest(method, "http://upstream/", nil)
 	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
 	_, _ = br.Peek(1) // buffer what has arrived, as the pool's Peek does
 	before := br.Buffered()
-	fast, ok := readResponseFast(br, req)
+	fast, ok := readResponseFast(br, req, st)
 	if !ok {
 		if br.Buffered() != before {
 			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
@@ -121,11 +122,19 @@ func sameRest(t *testing.T, data []byte, fast, std *bufio.Reader) {
 	}
 }
 
+// newRespStore is a server request's response storage, as the server
+// makes it.
+func newRespStore() *respStore { return &respStore{hdr: &headScratch{}} }
+
 func TestReadResponseFast(t *testing.T) {
 	took := map[string]bool{}
+	st := newRespStore() // reused by every seed, as by a connection's requests
 	for _, s := range responseSeeds {
-		took[s] = checkResponseFast(t, []byte(s), http.MethodGet)
-		if checkResponseFast(t, []byte(s), http.MethodHead) {
+		took[s] = checkResponseFast(t, []byte(s), http.MethodGet, nil)
+		if checkResponseFast(t, []byte(s), http.MethodGet, st) != took[s] {
+			t.Errorf("response %q: taken with storage %v, without %v", s, !took[s], took[s])
+		}
+		if checkResponseFast(t, []byte(s), http.MethodHead, st) {
 			t.Errorf("took a response to HEAD: %q", s)
 		}
 	}
@@ -148,10 +157,15 @@ func FuzzReadResponseFast(f *testing.F) {
 	for _, s := range responseSeeds {
 		f.Add([]byte(s))
 	}
+	st := newRespStore()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		checkResponseFast(t, data, http.MethodGet)
+		checkResponseFast(t, data, http.MethodGet, nil)
+		// Storage left as an earlier response (a seed) filled it.
+		seed := responseSeeds[len(data)%11]
+		checkResponseFast(t, []byte(seed), http.MethodGet, st)
+		checkResponseFast(t, data, http.MethodGet, st)
 		if strings.HasPrefix(string(data), "HTTP/1.1 ") {
-			checkResponseFast(t, data, http.MethodPost)
+			checkResponseFast(t, data, http.MethodPost, st)
 		}
 	})
 }
@@ -194,13 +208,14 @@ var requestSeeds = []string{
 	"",
 }
 
-// checkRequestFast reads data with readRequestFast and, if it took the
-// request, with http.ReadRequest, and fails on any difference.
-func checkRequestFast(t *testing.T, data []byte) (took bool) {
+// checkRequestFast reads data with readRequestFast (into st, if not nil)
+// and, if it took the request, with http.ReadRequest, and fails on any
+// difference.
+func checkRequestFast(t *testing.T, data []byte, st *reqStore) (took bool) {
 	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
 	_, _ = br.Peek(1)
 	before := br.Buffered()
-	fast, ok := readRequestFast(br)
+	fast, ok := readRequestFast(br, st)
 	if !ok {
 		if br.Buffered() != before {
 			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
@@ -237,11 +252,76 @@ func checkRequestFast(t *testing.T, data []byte) (took bool) {
 }
 
 func TestReadRequestFast(t *testing.T) {
+	st := new(reqStore) // reused, as by a connection's requests
 	for i, s := range requestSeeds {
-		took := checkRequestFast(t, []byte(s))
+		took := checkRequestFast(t, []byte(s), nil)
 		if plain := i < 7; took != plain {
 			t.Errorf("request %q: fast path took it %v, want %v", s, took, plain)
 		}
+		if checkRequestFast(t, []byte(s), st) != took {
+			t.Errorf("request %q: taken with storage %v, without %v", s, !took, took)
+		}
+	}
+}
+
+// TestParseOriginForm: the targets parsed without net/url are parsed as
+// net/url does, and the others are left to it.
+func TestParseOriginForm(t *testing.T) {
+	for _, c := range []struct {
+		uri  string
+		fast bool
+	}{
+		{"/", true}, {"/a/b.c-d_e~f", true}, {"/p?q=1&r=2", true}, {"/p?", true}, {"/p?a?b", true},
+		{"/p?q=a%20b", true}, {"/a:b@c;d=e,f+g$h&i", true}, {"/a!b", false}, {"/a(b)", false},
+		{"/caf%C3%A9", false}, {"/a b", false}, {"/a#b", false}, {"/a\"b", false}, {"/\x80", false},
+		{"/p?q\x7f", false}, {"*", false}, {"http://a/", false}, {"?q", false},
+	} {
+		var u url.URL
+		got := parseOriginForm(c.uri, &u)
+		if got != c.fast {
+			t.Errorf("%q: parsed without net/url %v, want %v", c.uri, got, c.fast)
+		}
+		if !got {
+			continue
+		}
+		want, err := url.ParseRequestURI(c.uri)
+		if err != nil || !reflect.DeepEqual(&u, want) {
+			t.Errorf("%q: %+v, net/url %+v (%v)", c.uri, u, want, err)
+		}
+	}
+}
+
+// TestFastReaderAllocations: with a server request's storage the response
+// head costs one allocation (its string) and the request head four (its
+// string, the header map's two and its values); the storage is reused.
+func TestFastReaderAllocations(t *testing.T) {
+	resp := []byte(responseSeeds[0])
+	st := newRespStore()
+	req, _ := http.NewRequest(http.MethodGet, "http://upstream/", nil)
+	r := bytes.NewReader(resp)
+	br := bufio.NewReaderSize(r, 4096)
+	if n := testing.AllocsPerRun(100, func() {
+		r.Reset(resp)
+		br.Reset(r)
+		_, _ = br.Peek(1)
+		if _, ok := readResponseFast(br, req, st); !ok {
+			t.Fatal("declined")
+		}
+	}); n != 1 {
+		t.Errorf("response head: %v allocations, want 1", n)
+	}
+	in := []byte(requestSeeds[1])
+	rst := new(reqStore)
+	r = bytes.NewReader(in)
+	if n := testing.AllocsPerRun(100, func() {
+		r.Reset(in)
+		br.Reset(r)
+		_, _ = br.Peek(1)
+		if _, ok := readRequestFast(br, rst); !ok {
+			t.Fatal("declined")
+		}
+	}); n > 4 {
+		t.Errorf("request head: %v allocations, want at most 4", n)
 	}
 }
 
@@ -251,5 +331,9 @@ func FuzzReadRequestFast(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) { checkRequestFast(t, data) })
+	st := new(reqStore)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkRequestFast(t, data, nil)
+		checkRequestFast(t, data, st)
+	})
 }

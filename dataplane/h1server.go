@@ -68,6 +68,10 @@ type h1ServerConn struct {
 	// readDL is the read deadline last set by this connection's
 	// goroutines (drain's are not recorded: the connection then ends).
 	readDL time.Time
+	// respHdr is the header map of its requests' upstream responses,
+	// reused: a request is done with its response before the next is
+	// read.
+	respHdr headScratch
 }
 
 // setReadDeadline sets the connection's read deadline and records it.
@@ -154,7 +158,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info), h1ConnKey{}, c))
 	defer cancelConn()
 	// The end of the connection's context (server stop) aborts the
-	// request's upstream exchange (requestAbort): one watch per
+	// request's upstream exchange (serverRequest): one watch per
 	// connection, not per request.
 	defer context.AfterFunc(base, func() {
 		if rw := c.cur.Load(); rw != nil {
@@ -179,10 +183,14 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
+		// The request's writer holds what the request needs (its
+		// upstream response, serveHTTP's state): one allocation.
+		rw := &h1Writer{c: c}
+		rw.store.hdr = &c.respHdr
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else (and every error) is
 		// net/http's.
-		req, fast := readRequestFast(c.br)
+		req, fast := readRequestFast(c.br, &rw.in)
 		if !fast {
 			req, err = http.ReadRequest(c.br)
 		}
@@ -199,14 +207,15 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			}
 			return
 		}
-		if !c.serve(base, req) {
+		if !c.serve(base, req, rw) {
 			return
 		}
 	}
 }
 
-// serve runs one request; it reports whether the connection stays open.
-func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool) {
+// serve runs one request with its writer rw; it reports whether the
+// connection stays open.
+func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writer) (keep bool) {
 	ctx, cancel := context.WithCancelCause(base)
 	defer cancel(context.Canceled)
 	req = req.WithContext(ctx)
@@ -217,7 +226,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request) (keep bool
 	}
 	// The client's Connection: close is read now: forwarding changes the
 	// request in place.
-	rw := &h1Writer{c: c, req: req, cancel: cancel, wantsClose: req.Close}
+	rw.req, rw.cancel, rw.wantsClose = req, cancel, req.Close
 	watch := &rw.watch
 	watch.c, watch.rw = c, rw
 	c.cur.Store(rw)
@@ -442,10 +451,15 @@ type h1Writer struct {
 	// cancel ends the request's context with a cause (the route
 	// timeout's); cancelRequest also aborts the upstream exchange.
 	cancel context.CancelCauseFunc
-	// abort is the request's upstream HTTP/1.1 exchange (requestAbort).
+	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
 	abort upstreamAbort
 	// wantsClose: the client asked to close after this response.
 	wantsClose bool
+	// in is the request as read, store its upstream response, scratch
+	// serveHTTP's state: allocated with the writer.
+	in      reqStore
+	store   respStore
+	scratch httpScratch
 }
 
 // armRouteTimeout ends the request with errRouteTimeout once d has passed
@@ -480,21 +494,22 @@ func (rw *h1Writer) cancelRequest(cause error) {
 // h1ConnKey is the context key of a request's *h1ServerConn.
 type h1ConnKey struct{}
 
-// requestAbort is the upstream abort of req if req is an HTTP/1 server
-// request with its own context (not one derived for a per-try timeout):
-// every end of that context (route timeout, client gone, server stop)
-// fires it. Else nil: the caller watches the context itself.
-func requestAbort(req *http.Request) *upstreamAbort {
+// serverRequest is the writer of the HTTP/1 server request that req (an
+// upstream attempt) serves, or nil. own reports that req has that
+// request's own context (not one derived for a per-try timeout): every end
+// of that context (route timeout, client gone, server stop) fires the
+// writer's upstream abort; otherwise the caller watches the context
+// itself.
+func serverRequest(req *http.Request) (rw *h1Writer, own bool) {
 	ctx := req.Context()
 	c, _ := ctx.Value(h1ConnKey{}).(*h1ServerConn)
 	if c == nil {
-		return nil
+		return nil, false
 	}
-	rw := c.cur.Load()
-	if rw == nil || rw.req.Context() != ctx {
-		return nil
+	if rw = c.cur.Load(); rw == nil {
+		return nil, false
 	}
-	return &rw.abort
+	return rw, rw.req.Context() == ctx
 }
 
 // upstreamAbort cuts a request's upstream connection (a deadline in the

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/http2"
 
@@ -47,6 +48,17 @@ type exchange struct {
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
+}
+
+// httpScratch is serveHTTP's state for one request, in one allocation
+// (for HTTP/1, inside the request's writer).
+type httpScratch struct {
+	sw      statusWriter
+	cb      countingBody
+	ex      exchange
+	tried   [4]lb.HostID // ex.tried's first attempts
+	id      [36]byte     // a generated x-request-id
+	idValue [1]string
 }
 
 // statusWriter records what was sent downstream.
@@ -108,13 +120,23 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	defer w.inflight.Add(-1)
 	start := time.Now()
 	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
-	sw := &statusWriter{ResponseWriter: rw}
-	cb := &countingBody{ReadCloser: req.Body}
+	var s *httpScratch
+	if hw, ok := rw.(*h1Writer); ok {
+		s = &hw.scratch
+	} else {
+		s = new(httpScratch)
+	}
+	sw := &s.sw
+	sw.ResponseWriter = rw
+	cb := &s.cb
+	cb.ReadCloser = req.Body
 	req.Body = cb
 	st := w.s.state.Load()
-	ex := &exchange{w: w, sw: sw, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc")}
+	ex := &s.ex
+	*ex = exchange{w: w, sw: sw, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc"), tried: s.tried[:0]}
 	if req.Header.Get("X-Request-Id") == "" {
-		req.Header.Set("X-Request-Id", w.requestID())
+		s.idValue[0] = w.requestIDInto(&s.id)
+		req.Header["X-Request-Id"] = s.idValue[:]
 	}
 	down := req.Context()        // the downstream's (req may be replaced below)
 	var routeCtx context.Context // the request's context with the route timeout
@@ -729,15 +751,21 @@ func (r lockedRandom) Uint64() uint64 {
 	return r.w.rnd.Uint64()
 }
 
-// requestID returns a random UUID v4 for x-request-id.
-func (w *worker) requestID() string {
+// requestIDInto returns a random UUID v4 for x-request-id, written into
+// buf, which the string shares (buf must not change after).
+func (w *worker) requestIDInto(buf *[36]byte) string {
+	b := w.formatRequestID(buf)
+	return unsafe.String(&b[0], len(b))
+}
+
+// formatRequestID writes a random (version 4) UUID into buf.
+func (w *worker) formatRequestID(buf *[36]byte) []byte {
 	w.mu.Lock()
 	a, b := w.rnd.Uint64(), w.rnd.Uint64()
 	w.mu.Unlock()
 	a = a&^(0xf<<12) | 4<<12   // version 4
 	b = b&^(0x3<<62) | 0x2<<62 // variant 10
 	// Hand-formatted: fmt's printer pool is a lock shared by all workers.
-	var buf [36]byte
 	const hexdig = "0123456789abcdef"
 	j := 0
 	for i, v := range [2]uint64{a, b} {
@@ -750,7 +778,7 @@ func (w *worker) requestID() string {
 			j++
 		}
 	}
-	return string(buf[:])
+	return buf[:]
 }
 
 // logHTTP writes the access-log line and the request metrics.

@@ -66,10 +66,16 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defaultIdle, err := envBool("MESHLET_RELEASE_MEMORY_WHEN_IDLE", true)
+	if err != nil {
+		return err
+	}
 	adaptiveProcs := fs.Bool("adaptive-procs", defaultAdaptive,
 		"run Go on one processor while the sidecar uses under a quarter of a CPU, on one per worker within 100 ms of using more (idle processors cost CPU per request at low load); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
 	releaseBinary := fs.Bool("release-binary-pages", defaultRelease,
 		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages (start-up and config loading touch most of it; the request path maps back what it uses) (default: MESHLET_RELEASE_BINARY_PAGES, else true)")
+	releaseIdle := fs.Bool("release-memory-when-idle", defaultIdle,
+		"when the sidecar goes quiet (under 1 MiB allocated in a second) after a busy spell (32 MiB since the last release, at most one release per 10 s), return the heap's free memory and the binary's pages at once, as after configuration changes (default: MESHLET_RELEASE_MEMORY_WHEN_IDLE, else true)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
@@ -213,6 +219,11 @@ func run(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 	releaseMemory.kick()
+	idleCtx, stopIdle := context.WithCancel(ctx)
+	defer stopIdle()
+	if *releaseIdle {
+		go releaseMemory.watchIdle(idleCtx)
+	}
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
