@@ -91,6 +91,44 @@ func TestOutlierEjectionAndReturn(t *testing.T) {
 	}
 }
 
+// A success between failures resets the consecutive-5xx count through the
+// proxy, though workers only count successes and the main loop delivers
+// them before the next failure (worker.reportCode): 2 failures, a success
+// and 2 failures eject nobody; a third failure in a row ejects.
+func TestOutlierSuccessResetsConsecutive(t *testing.T) {
+	var fail atomic.Bool
+	up := upstream(t, "127.0.0.13", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(500)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	cl := testCluster("echo", endpoint(up, "a"))
+	od := lb.DefaultOutlierConfig()
+	od.Interval = time.Hour // no tick: the successes must come with the failures
+	od.MaxEjectionPercent = 100
+	od.Consecutive5xx = 3
+	cl.Outlier = &od
+	s, _ := startServer(t, testConfig(noRetry, cl))
+	send := func(failing bool, n int) {
+		fail.Store(failing)
+		for range n {
+			get(t, http.DefaultClient, s, "/")
+		}
+	}
+	ejected := func() bool { return strings.Contains(hostFlags(s, "echo", up), "failed_outlier_check") }
+	send(true, 2)
+	send(false, 1)
+	send(true, 2)
+	time.Sleep(200 * time.Millisecond) // the main loop has applied them
+	if ejected() {
+		t.Fatal("ejected after 2 failures, a success and 2 failures (consecutive_5xx 3)")
+	}
+	send(true, 1)
+	waitFor(t, "ejection after a third failure in a row", ejected)
+}
+
 // Active HTTP health checks: a host starts failed until its first check,
 // a failing /healthz takes it out after unhealthy_threshold checks, and
 // healthy_threshold passes bring it back.

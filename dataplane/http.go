@@ -372,7 +372,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		var decision lb.RetryDecision
 		var backoff time.Duration
 		if err == nil {
-			w.report(event{kind: evHTTPCode, cluster: c, addr: h.Address, code: resp.StatusCode})
+			w.reportCode(c, h.Address, hc, resp.StatusCode)
 			ex.stats.countCode(resp.StatusCode)
 			decision, backoff = rs.OnResponse(resp.StatusCode, resp.Header.Get("X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != lb.RetryYes {

@@ -619,6 +619,8 @@ func (s *Server) handleEvent(ev event) {
 		if h == nil {
 			return
 		}
+		// The host's successes so far come first (worker.reportCode).
+		s.deliverOutlierSuccesses(c)
 		if ev.kind == evHTTPCode {
 			apply(c.outlier.PutHTTPResponseCode(h.ID, ev.code, now))
 		} else {
@@ -626,6 +628,7 @@ func (s *Server) handleEvent(ev event) {
 		}
 	case evOutlierTick:
 		if c.outlier != nil {
+			s.deliverOutlierSuccesses(c)
 			apply(c.outlier.Tick(now))
 		}
 	case evHealthResult:
@@ -637,6 +640,23 @@ func (s *Server) handleEvent(ev event) {
 	}
 	if changed {
 		s.publish(c)
+	}
+}
+
+// deliverOutlierSuccesses gives c's outlier detector the upstream
+// successes the workers counted since the last delivery
+// (worker.reportCode), zeroing the counts.
+func (s *Server) deliverOutlierSuccesses(c *cluster) {
+	for _, w := range s.workers {
+		w.mu.Lock()
+		for addr, hc := range w.hosts[c] {
+			if n := hc.outlierOK.Swap(0); n > 0 {
+				if h := c.lbc.Host(addr); h != nil {
+					c.outlier.PutHTTPSuccesses(h.ID, n)
+				}
+			}
+		}
+		w.mu.Unlock()
 	}
 }
 

@@ -368,6 +368,30 @@ func (w *worker) pick(c *cluster, ctx *lb.PickContext) (*lb.Host, *hostCounters)
 type hostCounters struct {
 	rqTotal, rqError, rqSuccess, rqTimeout, cxConnectFail atomic.Uint64
 	rqActive                                              atomic.Int64
+	// outlierOK counts responses the outlier detector has not yet been
+	// given that are no failure to it (reportCode).
+	outlierOK atomic.Uint64
+}
+
+// reportCode gives an upstream response's code on h to c's outlier
+// detector, if it has one. A failure (5xx) goes to the main loop at once; a
+// success is only counted here, and the main loop takes the worker's count
+// before it applies the host's next failure or local-origin result and
+// before each tick (Server.deliverOutlierSuccesses), which leaves the
+// detector where one event per response would (what a success does, reset
+// the consecutive counters and count towards the success rate, commutes
+// with other successes). Envoy's workers likewise update the host's
+// counters themselves and post to the main thread only to eject: an event
+// per response cost two goroutine hand-offs per request.
+func (w *worker) reportCode(c *cluster, addr string, hc *hostCounters, code int) {
+	if c.cfg.Outlier == nil {
+		return
+	}
+	if code < 500 || code >= 600 {
+		hc.outlierOK.Add(1)
+		return
+	}
+	w.report(event{kind: evHTTPCode, cluster: c, addr: addr, code: code})
 }
 
 // release ends the request counted on h by pick.

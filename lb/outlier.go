@@ -399,6 +399,21 @@ func (d *OutlierDetector) PutHTTPResponseCode(id HostID, code int, now time.Time
 	return d.putCode(h, code, now)
 }
 
+// PutHTTPSuccesses records n responses that are not failures (codes
+// below 500) at once, as n calls of PutHTTPResponseCode with one would: a
+// data plane may count successes where they happen and deliver them in a
+// batch before the host's next failure and before each Tick.
+func (d *OutlierDetector) PutHTTPSuccesses(id HostID, n uint64) {
+	h, ok := d.byID[id]
+	if !ok || n == 0 {
+		return
+	}
+	m := &h.mon[OriginExternal].cur
+	m.total += n
+	m.success += n
+	h.c5xx, h.gateway = 0, 0
+}
+
 func (d *OutlierDetector) putCode(h *outlierHost, code int, now time.Time) []OutlierEvent {
 	var evs []OutlierEvent
 	h.mon[OriginExternal].cur.total++

@@ -580,3 +580,79 @@ func TestSuccessRateEjectionThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestPutHTTPSuccessesMatchesOneByOne: successes delivered in batches
+// (before each failure and each tick, as the data plane delivers them)
+// leave the detector exactly where one call per response does: the same
+// events, ejections, stats and success rates.
+func TestPutHTTPSuccessesMatchesOneByOne(t *testing.T) {
+	cfg := DefaultOutlierConfig()
+	cfg.EnforcingConsecutiveGatewayFailure = 100
+	cfg.EnforcingSuccessRate = 100
+	cfg.EnforcingFailurePercentage = 100
+	cfg.SuccessRateMinimumHosts = 3
+	cfg.SuccessRateRequestVolume = 20
+	cfg.FailurePercentageMinimumHosts = 3
+	cfg.FailurePercentageRequestVolume = 20
+	cfg.MaxEjectionPercent = 50
+	const hosts = 5
+	one := newTestDetector(t, cfg, hosts, 7, 3, 11)
+	batch := newTestDetector(t, cfg, hosts, 7, 3, 11)
+	pending := make([]uint64, hosts)
+	flush := func(h int) {
+		batch.PutHTTPSuccesses(HostID(h), pending[h])
+		pending[h] = 0
+	}
+	rnd := uint64(12345)
+	next := func(n uint64) uint64 { // xorshift: a fixed, varied sequence
+		rnd ^= rnd << 13
+		rnd ^= rnd >> 7
+		rnd ^= rnd << 17
+		return rnd % n
+	}
+	now := time.Unix(0, 0)
+	var got, want []string
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Millisecond)
+		if step%1000 == 999 {
+			for h := range hosts {
+				flush(h)
+			}
+			want = append(want, actions(one.Tick(now))...)
+			got = append(got, actions(batch.Tick(now))...)
+			continue
+		}
+		h := int(next(hosts))
+		// Host 0 fails often, host 1 sometimes, the rest rarely.
+		failPct := []uint64{60, 20, 3, 3, 3}[h]
+		code := 200
+		if next(100) < failPct {
+			code = []int{500, 502, 503, 504}[next(4)]
+		} else if next(10) == 0 {
+			code = 404
+		}
+		want = append(want, actions(one.PutHTTPResponseCode(HostID(h), code, now))...)
+		if code < 500 {
+			pending[h]++
+			continue
+		}
+		flush(h)
+		got = append(got, actions(batch.PutHTTPResponseCode(HostID(h), code, now))...)
+	}
+	if len(want) == 0 {
+		t.Fatal("the sequence ejected nobody: the test exercises nothing")
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("batched events differ:\nbatched  %v\none by one %v", got, want)
+	}
+	if one.Stats() != batch.Stats() {
+		t.Fatalf("stats differ: batched %+v, one by one %+v", batch.Stats(), one.Stats())
+	}
+	for o := range OutlierOrigin(2) {
+		a, aok := one.LastSuccessRate(o)
+		b, bok := batch.LastSuccessRate(o)
+		if a != b || aok != bok {
+			t.Fatalf("success rate (origin %d) differs: batched %+v %v, one by one %+v %v", o, b, bok, a, aok)
+		}
+	}
+}
