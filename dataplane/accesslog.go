@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,87 +13,120 @@ import (
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
-// accessLogger renders lines on the request goroutine and writes them from
-// other goroutines, so a slow stdout never stalls traffic; lines that do not
-// fit a queue are dropped and counted. Each worker has its own queue (so
-// logging takes no lock shared between workers); one goroutine per queue
-// writes into the shared, mutex-guarded buffer, off the request path.
+// accessLogger renders lines on the request goroutine into its worker's
+// buffer and writes the buffers from one goroutine of its own, off the
+// request path, as Envoy's workers fill a file's buffer that its flush
+// thread writes: every flushInterval, or sooner once a buffer holds
+// accessLogFlushAt bytes. So a slow stdout never stalls traffic (a buffer
+// that reaches accessLogBufferMax drops further lines, counted), and a
+// request costs no goroutine hand-off and no write(2) of its own (a
+// hand-off and a write per line cost 2.2 context switches and about 35 µs
+// of CPU per request at 1000 req/s). Each worker has its own buffer (so
+// logging takes no lock shared between workers).
 type accessLogger struct {
-	format  config.AccessLogFormat
-	queues  []chan []byte
-	dropped atomic.Uint64
-	written atomic.Uint64
-	off     bool
-	closer  io.Closer
-	mu      sync.Mutex // guards bw, between the drain goroutines
-	bw      *bufio.Writer
-	stop    chan struct{} // queues are never closed: late writers must not panic
-	done    sync.WaitGroup
-	once    sync.Once
+	format        config.AccessLogFormat
+	shards        []*logShard
+	dropped       atomic.Uint64
+	written       atomic.Uint64
+	off           bool
+	w             io.Writer
+	closer        io.Closer
+	flushInterval time.Duration
+	kick          chan struct{} // a buffer passed accessLogFlushAt
+	stop          chan struct{}
+	done          chan struct{}
+	once          sync.Once
 }
 
-// accessLogQueue is the capacity of each worker's queue: at 30,000
-// requests per second on a worker it rides out a 130 ms stall of the log
-// writer; each slot costs 24 bytes whether used or not.
-const accessLogQueue = 4096
+// logShard is one worker's buffer of rendered lines.
+type logShard struct {
+	mu    sync.Mutex
+	buf   []byte
+	lines uint64
+}
+
+const (
+	// accessLogFlushAt is a worker's buffered bytes that wake the writer
+	// before its interval.
+	accessLogFlushAt = 32 << 10
+	// accessLogBufferMax is a worker's buffered bytes past which lines are
+	// dropped (the writer is stalled): about 4,000 lines, 130 ms of a
+	// worker at 30,000 requests per second.
+	accessLogBufferMax = 1 << 20
+	// defaultAccessLogFlush is the flush interval when the config sets
+	// none (Envoy's --file-flush-interval-msec is 10 s; a second keeps
+	// `kubectl logs` current).
+	defaultAccessLogFlush = time.Second
+)
 
 func newAccessLogger(cfg config.AccessLog, override io.Writer, workers int) (*accessLogger, error) {
-	a := &accessLogger{format: cfg.Format, stop: make(chan struct{})}
+	a := &accessLogger{format: cfg.Format, flushInterval: cfg.FlushInterval, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	if a.format == "" {
 		a.format = config.AccessLogText
 	}
-	var w io.Writer
+	if a.flushInterval <= 0 {
+		a.flushInterval = defaultAccessLogFlush
+	}
 	switch {
 	case override != nil:
-		w = override
+		a.w = override
 	case cfg.Path == "off":
 		a.off = true
 		return a, nil
 	case cfg.Path == "" || cfg.Path == "-":
-		w = os.Stdout
+		a.w = os.Stdout
 	default:
 		f, err := os.OpenFile(cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("dataplane: access_log.path: %w", err)
 		}
-		w, a.closer = f, f
+		a.w, a.closer = f, f
 	}
-	a.bw = bufio.NewWriterSize(w, 64<<10)
 	for range max(workers, 1) {
-		q := make(chan []byte, accessLogQueue)
-		a.queues = append(a.queues, q)
-		a.done.Add(1)
-		go a.drain(q)
+		a.shards = append(a.shards, &logShard{})
 	}
+	go a.run()
 	return a, nil
 }
 
-func (a *accessLogger) drain(q chan []byte) {
-	defer a.done.Done()
-	put := func(line []byte) {
-		a.mu.Lock()
-		_, _ = a.bw.Write(line)
-		if len(q) == 0 {
-			_ = a.bw.Flush()
-		}
-		a.mu.Unlock()
-		a.written.Add(1)
-	}
+// run writes the buffers every flushInterval and when kicked, until stop;
+// then once more.
+func (a *accessLogger) run() {
+	defer close(a.done)
+	t := time.NewTicker(a.flushInterval)
+	defer t.Stop()
+	var spare []byte
 	for {
 		select {
-		case line := <-q:
-			put(line)
-			continue
+		case <-t.C:
+		case <-a.kick:
 		case <-a.stop:
+			a.flush(&spare)
+			return
 		}
-		break
+		a.flush(&spare)
 	}
-	for len(q) > 0 {
-		put(<-q)
+}
+
+// flush writes what every worker has buffered: each buffer is swapped for
+// spare under its lock and written outside it.
+func (a *accessLogger) flush(spare *[]byte) {
+	for _, sh := range a.shards {
+		sh.mu.Lock()
+		out, n := sh.buf, sh.lines
+		sh.buf, sh.lines = (*spare)[:0], 0
+		sh.mu.Unlock()
+		if len(out) > 0 {
+			if _, err := a.w.Write(out); err == nil {
+				a.written.Add(n)
+			}
+		}
+		if cap(out) > 4*accessLogFlushAt {
+			out = nil // a stall grew it: do not keep a megabyte per worker
+		}
+		*spare = out
 	}
-	a.mu.Lock()
-	_ = a.bw.Flush()
-	a.mu.Unlock()
 }
 
 // logExtra are the fields meshlet logs after Envoy's default format:
@@ -106,16 +138,23 @@ type logExtra struct {
 	downstreamPeer, upstreamPeer string // SPIFFE IDs of mutual-TLS peers
 }
 
-// write renders e and queues it on worker's queue.
+// write renders e into worker's buffer.
 func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, x logExtra) {
 	if a == nil || a.off {
 		return
 	}
-	var line []byte
+	sh := a.shards[worker%len(a.shards)]
+	sh.mu.Lock()
+	if len(sh.buf) >= accessLogBufferMax {
+		sh.mu.Unlock()
+		a.dropped.Add(1)
+		return
+	}
+	line := sh.buf
 	if a.format == config.AccessLogJSON {
-		line = renderJSON(e, x)
+		line = append(line, renderJSON(e, x)...)
 	} else {
-		line = e.AppendDefault(make([]byte, 0, 384))
+		line = e.AppendDefault(line)
 		line = line[:len(line)-1] // drop the newline, append the extra fields
 		line = append(line, ' ')
 		line = appendDash(line, x.details)
@@ -129,10 +168,15 @@ func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, x logExtra) {
 		line = appendDash(line, x.upstreamPeer)
 		line = append(line, '\n')
 	}
-	select {
-	case a.queues[worker%len(a.queues)] <- line:
-	default:
-		a.dropped.Add(1)
+	sh.buf = line
+	sh.lines++
+	full := len(line) >= accessLogFlushAt
+	sh.mu.Unlock()
+	if full {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -163,16 +207,15 @@ func renderJSON(e *lb.AccessLogEntry, x logExtra) []byte {
 	return append(b, '\n')
 }
 
-// close flushes what is queued (waiting at most a second) and stops.
+// close writes what is buffered (waiting at most a second for the
+// writer) and stops.
 func (a *accessLogger) close() {
 	if a == nil || a.off {
 		return
 	}
 	a.once.Do(func() { close(a.stop) })
-	done := make(chan struct{})
-	go func() { a.done.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-a.done:
 		if a.closer != nil {
 			_ = a.closer.Close()
 		}

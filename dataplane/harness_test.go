@@ -136,7 +136,7 @@ func testConfig(retry lb.RetryPolicy, clusters ...config.Cluster) *config.Config
 		Node:         config.Node{ID: "test", Cluster: "client", Locality: lb.Locality{Region: "r1", Zone: "a"}},
 		Admin:        "127.0.0.1:0",
 		DrainTimeout: time.Second,
-		AccessLog:    config.AccessLog{Format: config.AccessLogText},
+		AccessLog:    config.AccessLog{Format: config.AccessLogText, FlushInterval: 10 * time.Millisecond},
 		Listeners: []config.Listener{{
 			Name: "outbound", Address: "127.0.0.1:0", Direction: config.Outbound, OriginalDestination: "10.96.0.10:80",
 			Protocol: config.ProtocolAuto,

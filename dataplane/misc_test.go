@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,18 +217,75 @@ func TestAccessLogJSONAndDrops(t *testing.T) {
 	defer close(block.release)
 	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText}, block, 1)
 	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
+	lineLen := len(e.AppendDefault(nil))
+	n := 3 * accessLogBufferMax / lineLen
 	start := time.Now()
-	for range 2 * accessLogQueue {
+	for range n {
 		al.write(0, &e, logExtra{cluster: "c"})
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("writing to a blocked log took %v", d)
 	}
-	// The queue holds accessLogQueue lines; the writer goroutine took a
-	// few before blocking; the rest are dropped and counted.
-	if al.dropped.Load() < accessLogQueue/2 {
-		t.Errorf("dropped = %d, want at least %d", al.dropped.Load(), accessLogQueue/2)
+	// The worker's buffer holds accessLogBufferMax bytes; the writer took
+	// one buffer's worth before blocking; the rest are dropped and counted.
+	if al.dropped.Load() < uint64(n/2) {
+		t.Errorf("dropped = %d of %d lines, want at least %d", al.dropped.Load(), n, n/2)
 	}
+}
+
+// TestAccessLogBatches: lines reach the writer in batches, every flush
+// interval or once a worker's buffer passes accessLogFlushAt, not with a
+// write per line, and all of them arrive, in order.
+func TestAccessLogBatches(t *testing.T) {
+	var w countingWriter
+	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText, FlushInterval: 50 * time.Millisecond}, &w, 2)
+	for i := range 1000 {
+		e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: fmt.Sprintf("/%d", i), Protocol: "HTTP/1.1", ResponseCode: 200}
+		al.write(0, &e, logExtra{cluster: "c"})
+	}
+	waitFor(t, "1000 lines written", func() bool { return al.written.Load() == 1000 })
+	if calls := w.calls.Load(); calls > 20 {
+		t.Errorf("1000 lines took %d writes, want them batched", calls)
+	}
+	lines := strings.Split(strings.TrimSpace(w.String()), "\n")
+	if len(lines) != 1000 || !strings.Contains(lines[0], `"GET /0 `) || !strings.Contains(lines[999], `"GET /999 `) {
+		t.Fatalf("%d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+	// A long interval: a buffer past accessLogFlushAt is written at once.
+	var w2 countingWriter
+	slow, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText, FlushInterval: time.Hour}, &w2, 1)
+	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
+	n := accessLogFlushAt/len(e.AppendDefault(nil)) + 1
+	for range n {
+		slow.write(0, &e, logExtra{})
+	}
+	waitFor(t, "a full buffer written before the interval", func() bool { return slow.written.Load() == uint64(n) })
+	slow.write(0, &e, logExtra{})
+	slow.close() // writes the rest
+	if got := slow.written.Load(); got != uint64(n)+1 {
+		t.Errorf("after close %d lines written, want %d", got, n+1)
+	}
+	al.close()
+}
+
+// countingWriter records what is written and how many writes it took.
+type countingWriter struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	calls atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.calls.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.Write(p)
+}
+
+func (c *countingWriter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
 }
 
 type blockingWriter struct{ release chan struct{} }

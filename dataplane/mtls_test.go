@@ -126,7 +126,7 @@ func serverSidecar(t testing.TB, id *mtls.Store, m *config.InboundMTLS) (s *Serv
 		Node:         config.Node{ID: "web", Cluster: "web"},
 		Admin:        "127.0.0.1:0",
 		DrainTimeout: time.Second,
-		AccessLog:    config.AccessLog{Format: config.AccessLogText},
+		AccessLog:    config.AccessLog{Format: config.AccessLogText, FlushInterval: 10 * time.Millisecond},
 		Listeners:    []config.Listener{inbound("inbound-http", "127.0.0.2:0", "app"), inbound("inbound-tcp", "127.0.0.3:0", "echo-app")},
 		Clusters:     []config.Cluster{testCluster("app", endpoint(app, "a")), testCluster("echo-app", endpoint(echo, "a"))},
 	}

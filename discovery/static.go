@@ -46,7 +46,8 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	local_cluster: name of the cluster holding this fleet's clients (optional)
 //	admin, health, prometheus: listen addresses; "" or off disables
 //	    (defaults DefaultAdmin, DefaultHealth, DefaultPrometheus)
-//	access_log: {path: "-" (stdout, default), a file or off; format: text (default) or json}
+//	access_log: {path: "-" (stdout, default), a file or off; format: text (default) or json;
+//	             flush_interval: how often buffered lines are written (default 1s)}
 //	drain_timeout: Go duration (default config.DefaultDrainTimeout)
 //	listeners: [{name (default: the address), address, direction (outbound),
 //	    original_destination, protocol (auto|tcp|http), detection_timeout
@@ -167,7 +168,7 @@ func decodeLocality(o *object, key string) (lb.Locality, error) {
 
 func decodeAccessLog(top *object) (config.AccessLog, error) {
 	al := config.AccessLog{Path: "-", Format: config.AccessLogText}
-	o, err := decodeObject("access_log", top.raw("access_log"), "path", "format")
+	o, err := decodeObject("access_log", top.raw("access_log"), "path", "format", "flush_interval")
 	if err != nil {
 		return al, err
 	}
@@ -195,6 +196,9 @@ func decodeAccessLog(top *object) (config.AccessLog, error) {
 		al.Format = config.AccessLogFormat(format)
 	default:
 		return al, o.p.field("format").errorf("%q (want text or json)", format)
+	}
+	if al.FlushInterval, err = nonNegative(o, "flush_interval", 0); err != nil {
+		return al, err
 	}
 	return al, nil
 }

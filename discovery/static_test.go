@@ -78,7 +78,7 @@ local_cluster: echo
 admin: off
 health: ""
 prometheus: "off"
-access_log: {path: /var/log/meshlet.log, format: json}
+access_log: {path: /var/log/meshlet.log, format: json, flush_interval: 250ms}
 drain_timeout: 1.5s
 listeners:
   - name: in
@@ -104,7 +104,7 @@ listeners:
 	eq(t, cfg.Node, config.Node{ID: "sidecar-a", Cluster: "web", Locality: lb.Locality{Region: "r1", Zone: "a", SubZone: "s"}})
 	eq(t, cfg.LocalCluster, "echo")
 	eq(t, [3]string{cfg.Admin, cfg.Health, cfg.Prometheus}, [3]string{})
-	eq(t, cfg.AccessLog, config.AccessLog{Path: "/var/log/meshlet.log", Format: config.AccessLogJSON})
+	eq(t, cfg.AccessLog, config.AccessLog{Path: "/var/log/meshlet.log", Format: config.AccessLogJSON, FlushInterval: 250 * time.Millisecond})
 	eq(t, cfg.DrainTimeout, 1500*time.Millisecond)
 	in := cfg.Listeners[0]
 	eq(t, in.Name, "in")
@@ -219,6 +219,7 @@ func TestParseStaticErrors(t *testing.T) {
 		{"bad admin address", "admin: localhost\n", []string{`admin "localhost"`}},
 		{"admin not a string", "admin: 15000\n", []string{"admin: want a string or off"}},
 		{"bad access log format", "access_log: {format: xml}\n", []string{`access_log.format: "xml" (want text or json)`}},
+		{"negative access log flush interval", "access_log: {flush_interval: -1s}\n", []string{`access_log.flush_interval: -1s must be >= 0`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

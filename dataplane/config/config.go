@@ -86,6 +86,9 @@ type AccessLog struct {
 	// Path is a file, "-" or "" for stdout, or "off".
 	Path   string
 	Format AccessLogFormat
+	// FlushInterval is how often buffered lines are written (0: every
+	// second); a worker's buffer passing 32 KiB is written sooner.
+	FlushInterval time.Duration
 }
 
 // Direction is the traffic direction of a listener.
@@ -399,6 +402,9 @@ func (c *Config) Validate() error {
 	case "", AccessLogText, AccessLogJSON:
 	default:
 		return fmt.Errorf("config: access_log.format: %q (want text or json)", c.AccessLog.Format)
+	}
+	if c.AccessLog.FlushInterval < 0 {
+		return fmt.Errorf("config: access_log.flush_interval: %v must be >= 0", c.AccessLog.FlushInterval)
 	}
 	return nil
 }
