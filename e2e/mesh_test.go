@@ -328,7 +328,7 @@ func TestMeshRotationUnderLoad(t *testing.T) {
 admin: %s
 health: %s
 prometheus: ""
-access_log: {path: %s}
+access_log: {path: %s, flush_interval: 50ms}
 listeners:
   - {name: inbound-http, address: %s, direction: inbound,
      mtls: {mode: STRICT, principals: ["spiffe://cluster.local/ns/shop/sa/client"]},

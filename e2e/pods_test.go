@@ -125,7 +125,7 @@ func TestTwoPodsEBPFAndMutualTLS(t *testing.T) {
 admin: 127.0.0.1:15000
 health: 127.0.0.1:15021
 prometheus: ""
-access_log: {path: %s}
+access_log: {path: %s, flush_interval: 50ms}
 listeners:
   - {name: outbound, address: "127.0.0.1:15001"}
   - {name: inbound, address: "0.0.0.0:15006", direction: inbound,
@@ -141,7 +141,7 @@ clusters:
 admin: 127.0.0.1:15000
 health: 127.0.0.1:15021
 prometheus: ""
-access_log: {path: %s}
+access_log: {path: %s, flush_interval: 50ms}
 listeners:
   - {name: outbound, address: "127.0.0.1:15001", routes: [{name: web, match: {destination: "10.96.0.50:80"}, cluster: web}]}
 clusters:

@@ -156,7 +156,7 @@ func TestSPIREInterop(t *testing.T) {
 admin: %s
 health: %s
 prometheus: ""
-access_log: {path: %s}
+access_log: {path: %s, flush_interval: 50ms}
 listeners:
   - {name: inbound, address: %s, direction: inbound, protocol: tcp,
      mtls: {mode: STRICT, trust_domains: [example.org]}, routes: [{cluster: app}]}
