@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -247,7 +246,7 @@ func TestAccessLogBatches(t *testing.T) {
 	if calls := w.calls.Load(); calls > 20 {
 		t.Errorf("1000 lines took %d writes, want them batched", calls)
 	}
-	lines := strings.Split(strings.TrimSpace(w.String()), "\n")
+	lines := w.lines()
 	if len(lines) != 1000 || !strings.Contains(lines[0], `"GET /0 `) || !strings.Contains(lines[999], `"GET /999 `) {
 		t.Fatalf("%d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
 	}
@@ -270,22 +269,13 @@ func TestAccessLogBatches(t *testing.T) {
 
 // countingWriter records what is written and how many writes it took.
 type countingWriter struct {
-	mu    sync.Mutex
-	b     bytes.Buffer
+	logBuffer
 	calls atomic.Int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.calls.Add(1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.b.Write(p)
-}
-
-func (c *countingWriter) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.b.String()
+	return c.logBuffer.Write(p)
 }
 
 type blockingWriter struct{ release chan struct{} }
