@@ -754,12 +754,6 @@ func (r lockedRandom) Uint64() uint64 {
 // requestIDInto returns a random UUID v4 for x-request-id, written into
 // buf, which the string shares (buf must not change after).
 func (w *worker) requestIDInto(buf *[36]byte) string {
-	b := w.formatRequestID(buf)
-	return unsafe.String(&b[0], len(b))
-}
-
-// formatRequestID writes a random (version 4) UUID into buf.
-func (w *worker) formatRequestID(buf *[36]byte) []byte {
 	w.mu.Lock()
 	a, b := w.rnd.Uint64(), w.rnd.Uint64()
 	w.mu.Unlock()
@@ -778,7 +772,7 @@ func (w *worker) formatRequestID(buf *[36]byte) []byte {
 			j++
 		}
 	}
-	return buf[:]
+	return unsafe.String(&buf[0], len(buf))
 }
 
 // logHTTP writes the access-log line and the request metrics.

@@ -619,8 +619,9 @@ func (s *Server) handleEvent(ev event) {
 		if h == nil {
 			return
 		}
-		// The host's successes so far come first (worker.reportCode).
-		s.deliverOutlierSuccesses(c)
+		// The host's successes so far come first (worker.reportCode);
+		// other hosts' wait for their own failures or the tick.
+		s.deliverOutlierSuccesses(c, ev.addr)
 		if ev.kind == evHTTPCode {
 			apply(c.outlier.PutHTTPResponseCode(h.ID, ev.code, now))
 		} else {
@@ -628,7 +629,7 @@ func (s *Server) handleEvent(ev event) {
 		}
 	case evOutlierTick:
 		if c.outlier != nil {
-			s.deliverOutlierSuccesses(c)
+			s.deliverOutlierSuccesses(c, "")
 			apply(c.outlier.Tick(now))
 		}
 	case evHealthResult:
@@ -645,16 +646,24 @@ func (s *Server) handleEvent(ev event) {
 
 // deliverOutlierSuccesses gives c's outlier detector the upstream
 // successes the workers counted since the last delivery
-// (worker.reportCode), zeroing the counts.
-func (s *Server) deliverOutlierSuccesses(c *cluster) {
+// (worker.reportCode), zeroing the counts: those of the host at addr, or
+// of every host when addr is "".
+func (s *Server) deliverOutlierSuccesses(c *cluster, addr string) {
+	put := func(addr string, hc *hostCounters) {
+		if n := hc.outlierOK.Swap(0); n > 0 {
+			if h := c.lbc.Host(addr); h != nil {
+				c.outlier.PutHTTPSuccesses(h.ID, n)
+			}
+		}
+	}
 	for _, w := range s.workers {
 		w.mu.Lock()
-		for addr, hc := range w.hosts[c] {
-			if n := hc.outlierOK.Swap(0); n > 0 {
-				if h := c.lbc.Host(addr); h != nil {
-					c.outlier.PutHTTPSuccesses(h.ID, n)
-				}
+		if hs := w.hosts[c]; addr == "" {
+			for a, hc := range hs {
+				put(a, hc)
 			}
+		} else if hc := hs[addr]; hc != nil {
+			put(addr, hc)
 		}
 		w.mu.Unlock()
 	}
