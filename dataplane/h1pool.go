@@ -52,6 +52,54 @@ type h1Conn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 	reused    bool
+	// q is the socket's queue for its next read (raw socket I/O), nil
+	// without: a request head goes out with the read of its response.
+	q readQueuer
+	// quiet: taken from the pool under quietIdle after its last use.
+	quiet bool
+}
+
+// quietIdle is how long an idle connection may have been idle for its
+// next response read to wait without a read attempt first (readQueuer):
+// an upstream that half-closed a connection it keeps reading would leave
+// that read waiting, so only connections used moments ago (all of them
+// under load) wait without one.
+const quietIdle = time.Second
+
+// readQueuer is a socket whose writes can be queued for its next read
+// (rawSocket.queueForRead).
+type readQueuer interface {
+	queueForRead(p []byte)
+	waitAfterQueued()
+	flushQueued() error
+	queued() bool
+	drained() bool
+}
+
+// queuedWriter queues a pool connection's writes for its next read,
+// counting them as sent.
+type queuedWriter struct {
+	q  readQueuer
+	cc *countedConn
+}
+
+func (w queuedWriter) Write(p []byte) (int, error) {
+	w.q.queueForRead(p)
+	w.cc.st.add(cUpstreamCxTxBytesTotal, uint64(len(p)))
+	return len(p), nil
+}
+
+// newH1Conn is the pool's connection over conn (from worker.dial).
+func newH1Conn(addr string, conn net.Conn) *h1Conn {
+	pc := &h1Conn{addr: addr, conn: conn, br: bufio.NewReaderSize(conn, 4<<10)}
+	var out io.Writer = conn
+	if cc, ok := conn.(*countedConn); ok {
+		if q, ok := cc.raw.(readQueuer); ok {
+			pc.q, out = q, queuedWriter{q: q, cc: cc}
+		}
+	}
+	pc.bw = bufio.NewWriterSize(out, 4<<10)
+	return pc
 }
 
 func newH1Pool(w *worker, c *cluster, fallback *http.Transport) *h1Pool {
@@ -113,14 +161,14 @@ func (p *h1Pool) get(ctx context.Context, addr string, check bool) (*h1Conn, err
 			pc.conn.Close()
 			continue
 		}
-		pc.reused = true
+		pc.reused, pc.quiet = true, now.Sub(pc.idleSince) < quietIdle
 		return pc, nil
 	}
 	conn, err := p.w.dial(ctx, p.c, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &h1Conn{addr: addr, conn: conn, br: bufio.NewReaderSize(conn, 4<<10), bw: bufio.NewWriterSize(conn, 4<<10)}, nil
+	return newH1Conn(addr, conn), nil
 }
 
 // open reports whether an idle connection is still usable: nothing to read
@@ -188,6 +236,9 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	}
 	if err := pc.bw.Flush(); err != nil {
 		return fail(err, true)
+	}
+	if pc.q != nil && pc.reused && pc.quiet {
+		pc.q.waitAfterQueued() // the head goes out with the response's read
 	}
 	for {
 		if _, err := pc.br.Peek(1); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"golang.org/x/sys/unix"
 )
 
 // The downstream HTTP/1.x server of plaintext connections (h1server.go).
@@ -72,6 +73,134 @@ type h1ServerConn struct {
 	// reused: a request is done with its response before the next is
 	// read.
 	respHdr headScratch
+	// out is what bw writes to; q the socket's write queue for its next
+	// read (raw socket I/O), nil without (see h1Out).
+	out h1Out
+	q   readQueuer
+	// waitMu guards waiting, kicked and pipelined. waiting: the response
+	// is queued for the next read, which waits without trying first
+	// (waitForRequest); its check (idleCheck) may cut the wait short
+	// (kicked).
+	waitMu  sync.Mutex
+	waiting *idleCheck
+	kicked  bool
+	// pipelined: a check found bytes the wait had not been told about
+	// (a client that sends before its response): no more waits.
+	pipelined bool
+}
+
+// h1Out is the writer under a connection's bufio.Writer. A response's
+// last flush (finish) queues its bytes on the socket instead of sending
+// them (queue): the next request's read sends them from its poller
+// callback and may then wait without a read that would find nothing
+// (rawSocket.queueForRead), which saves a system call per request. Any
+// other write sends what is queued first, so the order on the wire is the
+// order written.
+type h1Out struct {
+	c     *h1ServerConn
+	queue bool
+}
+
+func (o *h1Out) Write(p []byte) (int, error) {
+	q := o.c.q
+	if q != nil {
+		if o.queue {
+			q.queueForRead(p)
+			return len(p), nil
+		}
+		if q.queued() {
+			if err := q.flushQueued(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return o.c.sc.w.Write(p)
+}
+
+// idleCheckDelay is how long a connection waits for its next request
+// without trying a read before it is checked (idleCheck): bytes that came
+// in before the wait began (a pipelined request, the client's end of
+// stream) raised no edge the wait could see.
+const idleCheckDelay = clockTick
+
+// idleCheck is one wait's check, run on the worker's clock.
+type idleCheck struct {
+	alarm alarm
+	c     *h1ServerConn
+}
+
+func (ic *idleCheck) alarmFired() { ic.c.checkWait(ic) }
+
+// waitForRequest arms the next request's read to wait without trying a
+// read first, after it has sent the queued response: only where the
+// socket is the next thing read (nothing buffered) and its last read was
+// short (it had nothing more then), so that only what a client sends
+// before it has its response could be missed, and ic's check finds that.
+// Otherwise what is queued goes out now. It reports whether it armed.
+func (c *h1ServerConn) waitForRequest(ic *idleCheck) bool {
+	q := c.q
+	if q == nil || !q.queued() {
+		return false
+	}
+	if c.pipelined || c.br.Buffered() > 0 || len(c.src.pending) > 0 || (c.src.first != nil && c.src.first.Buffered() > 0) ||
+		!q.drained() || c.w.s.draining.Load() {
+		_ = q.flushQueued()
+		return false
+	}
+	q.waitAfterQueued()
+	ic.c = c
+	c.waitMu.Lock()
+	c.waiting = ic
+	c.waitMu.Unlock()
+	ic.alarm.target = ic
+	c.w.clock.set(&ic.alarm, idleCheckDelay)
+	return true
+}
+
+// endWait ends a wait armed by waitForRequest once the read has returned;
+// it reports whether its check cut it short (the read then failed with a
+// deadline, or got what the check saw: the read deadline is the idle one
+// again either way).
+func (c *h1ServerConn) endWait(ic *idleCheck) (kicked bool) {
+	ic.alarm.stop()
+	c.waitMu.Lock()
+	c.waiting = nil
+	kicked, c.kicked = c.kicked, false
+	if kicked {
+		_ = c.sc.SetReadDeadline(c.readDL)
+	}
+	c.waitMu.Unlock()
+	return kicked
+}
+
+// checkWait runs on the clock: if the wait ic is still on, it peeks at the
+// socket (MSG_PEEK, not blocking, without the read lock the wait holds).
+// Nothing there: whatever comes later raises an edge the wait sees. Bytes,
+// an end of stream or an error: they came before the wait began; a read
+// deadline in the past wakes the wait to read them.
+func (c *h1ServerConn) checkWait(ic *idleCheck) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	if c.waiting != ic {
+		return
+	}
+	rc, err := c.sc.TCPConn.SyscallConn()
+	if err != nil {
+		return
+	}
+	var n int
+	var perr error
+	if rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	}) != nil || perr == unix.EAGAIN {
+		return
+	}
+	if n > 0 {
+		c.pipelined = true
+	}
+	c.kicked = true
+	_ = c.sc.SetReadDeadline(aLongTimeAgo)
 }
 
 // setReadDeadline sets the connection's read deadline and records it.
@@ -137,9 +266,17 @@ func (s *h1Source) Read(p []byte) (int, error) {
 
 // serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
 func (w *worker) serveH1(sc *sniffedConn) {
-	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, conn: socketIO(sc.TCPConn), limit: -1}}
+	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
+	// One raw socket reads and writes: the reads send what the writes
+	// queued (h1Out).
+	if q, ok := sc.w.(readQueuer); ok {
+		c.q, c.src.conn = q, sc.w.(io.Reader)
+	} else {
+		c.src.conn = socketIO(sc.TCPConn)
+	}
+	c.out.c = c
 	c.br = bufio.NewReaderSize(c.src, 4096)
-	c.bw = bufio.NewWriterSize(sc.w, 4096)
+	c.bw = bufio.NewWriterSize(&c.out, 4096)
 	w.h1mu.Lock()
 	w.h1conns[c] = struct{}{}
 	w.h1mu.Unlock()
@@ -147,6 +284,9 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		w.h1mu.Lock()
 		delete(w.h1conns, c)
 		w.h1mu.Unlock()
+		if c.q != nil {
+			_ = c.q.flushQueued() // the last response, if no read sent it
+		}
 		sc.Close()
 	}()
 	// One context per connection, as net/http's: requests derive from it,
@@ -165,13 +305,22 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			rw.abort.fire()
 		}
 	})()
+	var prev *h1Writer // the request before: its idle check
 	for {
 		c.idle.Store(true)
 		if w.s.draining.Load() {
 			return
 		}
 		c.armIdle()
+		waited := prev != nil && c.waitForRequest(&prev.idle)
 		_, err := c.br.Peek(1)
+		if waited && c.endWait(&prev.idle) {
+			// The check woke the wait for what came before it: read
+			// again, the usual way (the reader returned the deadline's
+			// error once and kept what it had).
+			c.idle.Store(false)
+			continue
+		}
 		c.idle.Store(false)
 		if err != nil {
 			return
@@ -210,6 +359,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if !c.serve(base, req, rw) {
 			return
 		}
+		prev = rw
 	}
 }
 
@@ -460,6 +610,8 @@ type h1Writer struct {
 	in      reqStore
 	store   respStore
 	scratch httpScratch
+	// idle is the check of the wait for the next request (waitForRequest).
+	idle idleCheck
 }
 
 // armRouteTimeout ends the request with errRouteTimeout once d has passed
@@ -660,6 +812,9 @@ func (rw *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	rw.watch.stop()
 	rw.c.setReadDeadline(time.Time{})
 	_ = rw.c.bw.Flush()
+	if q := rw.c.q; q != nil {
+		_ = q.flushQueued() // the connection's writes bypass bw from now on
+	}
 	conn := &hijackedConn{TCPConn: rw.c.sc.TCPConn, r: rw.c.br}
 	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, 16), rw.c.bw), nil
 }
@@ -794,7 +949,11 @@ func (rw *h1Writer) finish() {
 	if !rw.noBody && rw.cl >= 0 && rw.written != rw.cl {
 		rw.closeAfter = true // short or long body: the framing is broken
 	}
-	if err := rw.c.bw.Flush(); err != nil {
+	// The last of the response waits for the next read (h1Out).
+	rw.c.out.queue = true
+	err := rw.c.bw.Flush()
+	rw.c.out.queue = false
+	if err != nil {
 		rw.closeAfter = true
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -143,4 +144,131 @@ func TestH1ServerUnreadBodySkipped(t *testing.T) {
 	if strings.Count(got, "HTTP/1.1 404 ") != 2 || strings.Contains(got, " 400 ") {
 		t.Errorf("two answers expected: %q", got)
 	}
+}
+
+// What a client sends before it has its response (a pipelined request, its
+// end of stream) arrives while the proxy waits on the upstream, so the wait
+// for the next request, which does not try a read first, is not told of it
+// (h1Out): the wait's check finds it. The upstream holds each request until
+// the client has sent what comes next; the exchange stays under
+// dcWatchDelay, so the client-gone watch (which would read those bytes
+// itself) does not start. Under load it may: an attempt whose watch started
+// counts as not having exercised the check, and one of ten must have.
+func TestH1ServerBytesBeforeResponse(t *testing.T) {
+	got := make(chan string, 1)
+	release := make(chan struct{})
+	held := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/first" {
+			got <- r.URL.Path
+			<-release
+		}
+		io.WriteString(w, r.URL.Path)
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(held, "a"))))
+	// arrived waits for the upstream to hold a request, free lets it go.
+	arrived := func(what string) {
+		t.Helper()
+		select {
+		case <-got:
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%s never reached the upstream", what)
+		}
+	}
+	free := func() {
+		select {
+		case release <- struct{}{}:
+		case <-time.After(3 * time.Second):
+			t.Fatal("the upstream holds no request")
+		}
+	}
+	// conn opens a connection with one exchange done, so that its reads
+	// come from the socket (the first request came from what protocol
+	// detection buffered).
+	conn := func() (*net.TCPConn, *bufio.Reader) {
+		c := dialProxy(t, s).(*net.TCPConn)
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET /first HTTP/1.1\r\nHost: echo\r\n\r\n")
+		if body, err := readBody(br); err != nil || body != "/first" {
+			t.Fatalf("first exchange: %q %v", body, err)
+		}
+		return c, br
+	}
+	pipelined := func() bool {
+		for _, w := range s.workers {
+			w.h1mu.Lock()
+			for hc := range w.h1conns {
+				hc.waitMu.Lock()
+				p := hc.pipelined
+				hc.waitMu.Unlock()
+				if p {
+					w.h1mu.Unlock()
+					return true
+				}
+			}
+			w.h1mu.Unlock()
+		}
+		return false
+	}
+
+	// A request sent while the one before is with the upstream.
+	checked := false
+	for attempt := 0; attempt < 10 && !checked; attempt++ {
+		c, br := conn()
+		io.WriteString(c, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\n")
+		arrived("/one")
+		io.WriteString(c, "GET /two HTTP/1.1\r\nHost: echo\r\n\r\n")
+		time.Sleep(200 * time.Microsecond)
+		free()
+		if body, err := readBody(br); err != nil || body != "/one" {
+			t.Fatalf("attempt %d: /one: %q %v", attempt, body, err)
+		}
+		arrived("/two")
+		free()
+		if body, err := readBody(br); err != nil || body != "/two" {
+			t.Fatalf("attempt %d: /two: %q %v", attempt, body, err)
+		}
+		checked = pipelined()
+		c.Close()
+	}
+	if !checked {
+		t.Error("in ten attempts no connection was found pipelined: the wait's check did not run or did not find /two")
+	}
+
+	// A client that shuts down its side after its request: it gets its
+	// answer, and the connection closes at once, not after the idle
+	// timeout.
+	for attempt := 0; attempt < 10; attempt++ {
+		c, br := conn()
+		io.WriteString(c, "GET /last HTTP/1.1\r\nHost: echo\r\n\r\n")
+		arrived("/last")
+		_ = c.CloseWrite()
+		time.Sleep(200 * time.Microsecond)
+		free()
+		body, err := readBody(br)
+		if err != nil || body != "/last" {
+			c.Close()
+			continue // the client-gone watch saw the shutdown: try again
+		}
+		start := time.Now()
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("after the last answer: %v, want the proxy's close", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the proxy closed %v after the answer", d)
+		}
+		c.Close()
+		return
+	}
+	t.Error("in ten attempts the answer after the shutdown never came")
+}
+
+// readBody reads one response from br and returns its body.
+func readBody(br *bufio.Reader) (string, error) {
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

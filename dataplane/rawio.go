@@ -26,8 +26,25 @@ import (
 //
 // One Read and one Write may run at a time (bufio readers and writers of
 // one connection do so).
+//
+// Queued writes (queueForRead) go out at the start of the next Read, in
+// its poller callback, and that Read may then wait for readiness without
+// first trying a read that would find nothing: see queueForRead.
 type rawSocket struct {
 	rc syscall.RawConn
+
+	// pre is what the next Read sends before reading; preWait lets it
+	// wait without a read attempt once pre is out.
+	pre     []byte
+	preSent int
+	preWait bool
+	// reads counts read system calls, empty those that found nothing
+	// (EAGAIN): what queueForRead saves shows there (tests).
+	reads, empty int
+	// short: the last read returned less than asked, so the socket had
+	// nothing more then (epoll(7): a short read of a stream socket
+	// drains it).
+	short bool
 
 	rp      []byte
 	rn      int
@@ -54,11 +71,21 @@ func newRawSocket(c *net.TCPConn) *rawSocket {
 	}
 	s := &rawSocket{rc: rc}
 	s.readFn = func(fd uintptr) bool {
+		if s.preSent < len(s.pre) {
+			if !s.sendQueued(fd) {
+				return true // an error, or a full socket: Read finishes outside
+			}
+			if s.preWait {
+				s.preWait = false
+				return false // what answers arrives after the poller was reset
+			}
+		}
 		for {
+			s.reads++
 			n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(s.rp))), uintptr(len(s.rp)))
 			switch e {
 			case 0:
-				s.rn, s.rerr = int(n), nil
+				s.rn, s.rerr, s.short = int(n), nil, int(n) < len(s.rp)
 				if n == 0 {
 					s.rerr = io.EOF
 				}
@@ -66,6 +93,7 @@ func newRawSocket(c *net.TCPConn) *rawSocket {
 			case syscall.EINTR:
 				continue
 			case syscall.EAGAIN:
+				s.empty++
 				return false // wait in the poller
 			default:
 				s.rn, s.rerr = 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", e)}
@@ -96,18 +124,101 @@ func newRawSocket(c *net.TCPConn) *rawSocket {
 	return s
 }
 
+// queueForRead queues p (copied) to be sent by the next Read, in its
+// poller callback.
+//
+// Why: Go's poller is edge-triggered, and a Read first resets the
+// socket's recorded readiness, then tries the read system call, and waits
+// only if that finds nothing. A request sent before the Read and answered
+// a few microseconds later makes that first read find nothing nearly
+// always: one wasted system call per exchange. Sent inside the Read's
+// callback, after the reset, the request's answer is sure to be announced
+// by an edge the Read waits for (data that arrives after the reset is
+// one), so the Read can wait without trying first (waitAfterQueued).
+func (s *rawSocket) queueForRead(p []byte) {
+	if s.preSent == len(s.pre) {
+		s.pre, s.preSent, s.preWait = s.pre[:0], 0, false
+	}
+	s.pre = append(s.pre, p...)
+}
+
+// waitAfterQueued lets the next Read, once the queue is out, wait for the
+// socket to become readable without a read attempt first. It is for a
+// caller that knows nothing arrived before the queue was sent that the
+// reset could forget: an idle upstream connection of an HTTP/1.1 pool has
+// nothing to say, and an upstream that closed it meanwhile answers the
+// request with a reset, itself an edge.
+func (s *rawSocket) waitAfterQueued() {
+	if s.preSent < len(s.pre) {
+		s.preWait = true
+	}
+}
+
+// sendQueued sends pre from the poller callback; it reports whether all
+// of it went out (false: an error, in rerr, or a full socket).
+func (s *rawSocket) sendQueued(fd uintptr) bool {
+	for s.preSent < len(s.pre) {
+		b := s.pre[s.preSent:]
+		n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
+			syscall.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			s.preSent += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			s.rn, s.rerr = 0, nil
+			return false
+		default:
+			s.rn, s.rerr = 0, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", e)}
+			s.preSent = len(s.pre)
+			return false
+		}
+	}
+	return true
+}
+
 func (s *rawSocket) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	s.rp = p
 	err := s.rc.Read(s.readFn)
+	if err == nil && s.rerr == nil && s.rn == 0 && s.preSent < len(s.pre) {
+		// The socket was full: the rest waits for room, then the read
+		// as ever.
+		if werr := s.flushQueued(); werr != nil {
+			s.rp = nil
+			return 0, werr
+		}
+		err = s.rc.Read(s.readFn)
+	}
 	s.rp = nil
 	if err != nil {
+		// A deadline or a close before the callback ran: what is queued
+		// is still there for flushQueued.
+		s.preWait = false
 		return 0, &net.OpError{Op: "read", Net: "tcp", Err: err}
 	}
 	return s.rn, s.rerr
 }
+
+// flushQueued sends what is queued and not sent yet, now.
+func (s *rawSocket) flushQueued() error {
+	if s.preSent == len(s.pre) {
+		return nil
+	}
+	rest := s.pre[s.preSent:]
+	s.preSent, s.preWait = len(s.pre), false
+	_, err := s.Write(rest)
+	return err
+}
+
+// queued reports whether writes wait for the next Read.
+func (s *rawSocket) queued() bool { return s.preSent < len(s.pre) }
+
+// drained reports whether the last read was short: the socket had nothing
+// more to read then.
+func (s *rawSocket) drained() bool { return s.short }
 
 func (s *rawSocket) Write(p []byte) (int, error) {
 	if len(p) == 0 {

@@ -96,3 +96,125 @@ func TestRawSocket(t *testing.T) {
 		t.Fatalf("write after close: %v", err)
 	}
 }
+
+// TestRawSocketQueuedWrites: writes queued for the next read go out at its
+// start; with waitAfterQueued that read waits for the answer without a read
+// that finds nothing first (none of the exchanges makes an empty read); a
+// queue larger than the socket's buffers goes out in parts; a peer that
+// closed fails the read with the write's error; a deadline drops the queue.
+func TestRawSocketQueuedWrites(t *testing.T) {
+	a, b := tcpPair(t)
+	ra := newRawSocket(a)
+	// The peer answers every 4-byte request with one write of 64 bytes,
+	// a few microseconds after it arrived: the case the wait is for.
+	answer := bytes.Repeat([]byte("r"), 64)
+	go func() {
+		q := make([]byte, 4)
+		for {
+			if _, err := io.ReadFull(b, q); err != nil {
+				return
+			}
+			if _, err := b.Write(answer); err != nil {
+				return
+			}
+		}
+	}()
+	const exchanges = 200
+	buf := make([]byte, 4096)
+	for i := range exchanges {
+		ra.queueForRead([]byte("ping"))
+		ra.waitAfterQueued()
+		got := 0
+		for got < len(answer) {
+			n, err := ra.Read(buf)
+			if err != nil {
+				t.Fatalf("exchange %d: read: %v", i, err)
+			}
+			got += n
+		}
+		if got != len(answer) {
+			t.Fatalf("exchange %d: %d bytes, want %d", i, got, len(answer))
+		}
+	}
+	// One answer may arrive in two segments; a read that finds nothing
+	// would be the wasted system call the queue is for.
+	if ra.empty != 0 {
+		t.Errorf("%d of %d reads over %d exchanges found nothing, want 0", ra.empty, ra.reads, exchanges)
+	}
+	if ra.reads < exchanges || ra.reads > exchanges+exchanges/10 {
+		t.Errorf("%d reads for %d exchanges", ra.reads, exchanges)
+	}
+
+	// Without waitAfterQueued the read tries first (and may find nothing),
+	// and still gets the answer.
+	ra.queueForRead([]byte("ping"))
+	if _, err := io.ReadFull(ra, buf[:len(answer)]); err != nil {
+		t.Fatalf("queued without wait: %v", err)
+	}
+
+	// A queue larger than the socket buffers: the peer reads it all
+	// before answering; the read sends what fits, waits for room, sends
+	// the rest, then reads the answer.
+	c, d := tcpPair(t)
+	rc := newRawSocket(c)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
+	go func() {
+		got := make([]byte, len(big))
+		if _, err := io.ReadFull(d, got); err != nil || !bytes.Equal(got, big) {
+			d.Close()
+			return
+		}
+		_, _ = d.Write([]byte("done"))
+	}()
+	rc.queueForRead(big)
+	rc.waitAfterQueued()
+	if _, err := io.ReadFull(rc, buf[:4]); err != nil || string(buf[:4]) != "done" {
+		t.Fatalf("8 MiB queued: %q %v, want the peer's done", buf[:4], err)
+	}
+
+	// A peer that has closed: the queued write fails, and the read
+	// reports it (EPIPE or ECONNRESET), or the end of stream.
+	e, f := tcpPair(t)
+	re := newRawSocket(e)
+	f.Close()
+	time.Sleep(10 * time.Millisecond)
+	var err error
+	for range 10 {
+		re.queueForRead([]byte("ping"))
+		re.waitAfterQueued()
+		if _, err = re.Read(buf); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) && err != io.EOF {
+		t.Fatalf("queued to a closed peer: %v", err)
+	}
+
+	// A deadline in the past fails the read before anything is sent; the
+	// queue stays for flushQueued, and a read after it sends nothing
+	// twice.
+	g, h := tcpPair(t)
+	rg := newRawSocket(g)
+	_ = g.SetReadDeadline(aLongTimeAgo)
+	rg.queueForRead([]byte("kept"))
+	rg.waitAfterQueued()
+	if _, err := rg.Read(buf); !isDeadline(err) {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	if !rg.queued() {
+		t.Fatal("the queue was dropped with the failed read")
+	}
+	_ = g.SetReadDeadline(time.Time{})
+	if err := rg.flushQueued(); err != nil || rg.queued() {
+		t.Fatalf("flushQueued: %v, queued %v", err, rg.queued())
+	}
+	go func() { _, _ = h.Write([]byte("x")) }()
+	if _, err := rg.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	got, _ := io.ReadAll(h)
+	if string(got) != "kept" {
+		t.Fatalf("the peer got %q, want \"kept\" once", got)
+	}
+}
