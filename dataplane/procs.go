@@ -8,17 +8,20 @@ import (
 	"time"
 )
 
-// procScaler runs the Go runtime on one processor while the sidecar uses
-// little CPU, and on one per worker as soon as it uses more.
+// procScaler runs the Go runtime on one processor until that one is
+// nearly full, and on one per worker from then on, until the sidecar is
+// quiet again.
 //
 // The workers stay (one SO_REUSEPORT listener each); what changes is how
 // many threads run Go code. With two processors and little traffic, the
 // runtime wakes the idle one to look for work on nearly every network
 // event (it spins, finds nothing and sleeps again): in the proxy
 // benchmark, that made a request at 1000 req/s cost 10-20 % more CPU than
-// with one. A thread-per-core proxy (Envoy, haproxy) has no such cost: an
-// idle worker thread sleeps in epoll. Raising takes one procWindow, so a
-// burst runs on one processor for at most 100 ms.
+// with one, and 12-20 % more at 12,000 req/s and at max throughput (the
+// sidecar using 0.6-0.75 CPUs), with the same latency. A thread-per-core
+// proxy (Envoy, haproxy) has no such cost: an idle worker thread sleeps in
+// epoll. Raising takes one procWindow, so a burst runs on one processor
+// for at most 100 ms.
 type procScaler struct {
 	max     int
 	restore int                  // the count given back at the end
@@ -32,11 +35,13 @@ const (
 	// procWindow is how often the process's CPU use is measured.
 	procWindow = 100 * time.Millisecond
 	// procRaise: using more than this many CPUs per running processor
-	// in one window runs all of them.
-	procRaise = 0.5
+	// in one window runs all of them (one processor 80 % busy: requests
+	// start to queue behind each other).
+	procRaise = 0.8
 	// procLower: using less than this many CPUs for procLowWindows in a
-	// row runs one.
-	procLower      = 0.25
+	// row runs one (which then uses less than the same work did on
+	// more: well under procRaise).
+	procLower      = 0.5
 	procLowWindows = 20
 )
 

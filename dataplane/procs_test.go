@@ -23,7 +23,7 @@ func TestProcScalerStep(t *testing.T) {
 	for range procLowWindows - 1 {
 		cur = p.step(cur, 0.1)
 	}
-	cur = p.step(cur, 0.3) // in the band between lower and raise: resets the count
+	cur = p.step(cur, 0.6) // in the band between lower and raise: resets the count
 	for range procLowWindows - 1 {
 		cur = p.step(cur, 0.1)
 	}
@@ -34,12 +34,12 @@ func TestProcScalerStep(t *testing.T) {
 	if cur != 1 {
 		t.Fatalf("quiet for %d windows: %d processors, want 1", procLowWindows, cur)
 	}
-	// On one processor, half a CPU or less stays; more raises to all.
-	if cur = p.step(cur, 0.45); cur != 1 {
-		t.Fatalf("0.45 CPUs on one processor: %d", cur)
+	// On one processor, up to 0.8 CPUs stays; more raises to all.
+	if cur = p.step(cur, 0.75); cur != 1 {
+		t.Fatalf("0.75 CPUs on one processor: %d", cur)
 	}
-	if cur = p.step(cur, 0.6); cur != 4 {
-		t.Fatalf("0.6 CPUs on one processor: %d, want 4", cur)
+	if cur = p.step(cur, 0.85); cur != 4 {
+		t.Fatalf("0.85 CPUs on one processor: %d, want 4", cur)
 	}
 }
 

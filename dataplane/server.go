@@ -44,11 +44,11 @@ type Options struct {
 	AccessLog io.Writer
 	// Workers overrides the number of workers (0: one per usable CPU).
 	Workers int
-	// AdaptiveProcs runs the Go runtime on one processor while the
-	// sidecar uses under a quarter of a CPU, and on all of them again (the
-	// GOMAXPROCS at Start, at most one per worker) within 100 ms of using
-	// more than half a CPU per running processor: idle processors cost
-	// CPU per request at low load (see procScaler). It changes the whole
+	// AdaptiveProcs runs the Go runtime on one processor until it is
+	// 80 % busy, then on all of them (the GOMAXPROCS at Start, at most
+	// one per worker) within 100 ms, and on one again after 2 s under
+	// half a CPU: processors with little to do cost CPU per request (see
+	// procScaler). It changes the whole
 	// process's GOMAXPROCS, so one Server per process should set it, and
 	// the runtime then no longer follows a changed CPU limit by itself.
 	AdaptiveProcs bool

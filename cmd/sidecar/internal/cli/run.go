@@ -71,7 +71,7 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	adaptiveProcs := fs.Bool("adaptive-procs", defaultAdaptive,
-		"run Go on one processor while the sidecar uses under a quarter of a CPU, on one per worker within 100 ms of using more (idle processors cost CPU per request at low load); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
+		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, on one again after 2 s under half a CPU (processors with little to do cost CPU per request); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
 	releaseBinary := fs.Bool("release-binary-pages", defaultRelease,
 		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages (start-up and config loading touch most of it; the request path maps back what it uses) (default: MESHLET_RELEASE_BINARY_PAGES, else true)")
 	releaseIdle := fs.Bool("release-memory-when-idle", defaultIdle,
