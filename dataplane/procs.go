@@ -54,7 +54,11 @@ func newProcScaler(max int, log *slog.Logger) *procScaler {
 func (p *procScaler) run(ctx context.Context) {
 	t := time.NewTicker(procWindow)
 	defer t.Stop()
-	cur, changed := p.max, false
+	// One processor from the start (the configuration is loaded): a
+	// sidecar started under load that one carries would otherwise stay
+	// on all of them, using more than procLower there.
+	cur, changed := 1, true
+	p.set(1)
 	last, lastAt := p.cpu(), time.Now()
 	for {
 		select {
