@@ -77,7 +77,7 @@ var sidecarBin = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sidecar")
-	out, err := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", bin, "../cmd/sidecar").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "grpcnotrace", "-pgo=off", "-o", bin, "../cmd/sidecar").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
 	}
