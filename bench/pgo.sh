@@ -39,34 +39,8 @@ trap cleanup EXIT
 # Built without a profile, so that the profile describes the plain build.
 CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -pgo=off -o "$tmp/sidecar" ./cmd/sidecar
 go build -o "$tmp/upstream" ./bench/upstream
-cat >"$tmp/sidecar.yaml" <<'YAML'
-node: {id: pgo, cluster: pgo, locality: {region: r1, zone: a}}
-admin: 127.0.0.1:18190
-health: 127.0.0.1:18191
-prometheus: 127.0.0.1:18192
-access_log: {path: "off"}
-drain_timeout: 1s
-listeners:
-  - name: pgo-http
-    address: 127.0.0.1:18101
-    original_destination: 10.96.0.10:80
-    protocol: auto
-    routes:
-      - name: upstream
-        match: {destination: "10.96.0.10:80"}
-        cluster: upstream
-clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    lb_policy: ROUND_ROBIN
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-        - locality: {region: r1, zone: a}
-          lb_endpoints:
-            - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 18080}}}
-YAML
+. bench/sidecar-config.sh
+sidecar_config 18101 18190 >"$tmp/sidecar.yaml"
 "$tmp/upstream" -addr 127.0.0.1:18080 >"$tmp/upstream.log" 2>&1 &
 pids+=($!)
 "$tmp/sidecar" run -config "$tmp/sidecar.yaml" -watch 0 >"$tmp/sidecar.log" 2>&1 &

@@ -156,36 +156,8 @@ stop() { # stop PID
   wait "$1" 2>/dev/null || true
 }
 
-sidecar_config() { # sidecar_config PORT ADMIN_PORT_BASE: meshlet section, upstream cluster
-  cat <<YAML
-node: {id: bench, cluster: bench, locality: {region: r1, zone: a}}
-admin: 127.0.0.1:$2
-health: 127.0.0.1:$(($2 + 1))
-prometheus: 127.0.0.1:$(($2 + 2))
-access_log: {path: "off"}
-drain_timeout: 1s
-listeners:
-  - name: bench-http
-    address: 127.0.0.1:$1
-    original_destination: 10.96.0.10:80
-    protocol: auto
-    routes:
-      - name: upstream
-        match: {destination: "10.96.0.10:80"}
-        cluster: upstream
-clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    lb_policy: ROUND_ROBIN
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-        - locality: {region: r1, zone: a}
-          lb_endpoints:
-            - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 18080}}}
-YAML
-}
+# sidecar_config PORT ADMIN_PORT_BASE (bench/sidecar-config.sh, shared with bench/pgo.sh)
+. bench/sidecar-config.sh
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(loadavg)
