@@ -136,25 +136,28 @@ func (ic *idleCheck) alarmFired() { ic.c.checkWait(ic) }
 // socket is the next thing read (nothing buffered) and its last read was
 // short (it had nothing more then), so that only what a client sends
 // before it has its response could be missed, and ic's check finds that.
-// Otherwise what is queued goes out now. It reports whether it armed.
-func (c *h1ServerConn) waitForRequest(ic *idleCheck) bool {
+// Otherwise what is queued goes out now. It returns the armed wait's
+// check, or nil. (The check is its own small allocation: in the request's
+// writer it would keep the whole writer alive while the connection is
+// idle.)
+func (c *h1ServerConn) waitForRequest() *idleCheck {
 	q := c.q
 	if q == nil || !q.queued() {
-		return false
+		return nil
 	}
 	if c.pipelined || c.br.Buffered() > 0 || len(c.src.pending) > 0 || (c.src.first != nil && c.src.first.Buffered() > 0) ||
 		!q.drained() || c.w.s.draining.Load() {
 		_ = q.flushQueued()
-		return false
+		return nil
 	}
 	q.waitAfterQueued()
-	ic.c = c
+	ic := &idleCheck{c: c}
 	c.waitMu.Lock()
 	c.waiting = ic
 	c.waitMu.Unlock()
 	ic.alarm.target = ic
 	c.w.clock.set(&ic.alarm, idleCheckDelay)
-	return true
+	return ic
 }
 
 // endWait ends a wait armed by waitForRequest once the read has returned;
@@ -305,16 +308,15 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			rw.abort.fire()
 		}
 	})()
-	var prev *h1Writer // the request before: its idle check
 	for {
 		c.idle.Store(true)
 		if w.s.draining.Load() {
 			return
 		}
 		c.armIdle()
-		waited := prev != nil && c.waitForRequest(&prev.idle)
+		ic := c.waitForRequest()
 		_, err := c.br.Peek(1)
-		if waited && c.endWait(&prev.idle) {
+		if ic != nil && c.endWait(ic) {
 			// The check woke the wait for what came before it: read
 			// again, the usual way (the reader returned the deadline's
 			// error once and kept what it had).
@@ -359,7 +361,6 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if !c.serve(base, req, rw) {
 			return
 		}
-		prev = rw
 	}
 }
 
@@ -610,8 +611,6 @@ type h1Writer struct {
 	in      reqStore
 	store   respStore
 	scratch httpScratch
-	// idle is the check of the wait for the next request (waitForRequest).
-	idle idleCheck
 }
 
 // armRouteTimeout ends the request with errRouteTimeout once d has passed
