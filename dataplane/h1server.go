@@ -108,10 +108,8 @@ func (o *h1Out) Write(p []byte) (int, error) {
 			q.queueForRead(p)
 			return len(p), nil
 		}
-		if q.queued() {
-			if err := q.flushQueued(); err != nil {
-				return 0, err
-			}
+		if err := q.flushQueued(); err != nil {
+			return 0, err
 		}
 	}
 	return o.c.sc.w.Write(p)
