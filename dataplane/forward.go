@@ -132,13 +132,29 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 }
 
 // copyBody copies a response body downstream with the flushes forward
-// describes.
+// describes. What a sized HTTP/1.1 body has in its connection's buffer is
+// written from there (no copy through a buffer of the pool), which is
+// all of a small response.
 func (w *worker) copyBody(dst *statusWriter, body io.Reader, stream bool) error {
-	buf := w.bufs.Get()
-	defer w.bufs.Put(buf)
+	hb, _ := body.(*h1Body)
+	var buf []byte
+	defer func() {
+		if buf != nil {
+			w.bufs.Put(buf)
+		}
+	}()
 	for {
+		if hb != nil && !stream {
+			done, err := hb.writeBuffered(dst)
+			if done || err != nil {
+				return err
+			}
+		}
 		if !stream && !bodyReady(body) {
 			dst.Flush()
+		}
+		if buf == nil {
+			buf = w.bufs.Get()
 		}
 		n, rerr := body.Read(buf)
 		if n > 0 {

@@ -452,6 +452,36 @@ type h1Body struct {
 // upstream.
 func (b *h1Body) ready() bool { return b.done || (b.sized && b.pc.br.Buffered() > 0) }
 
+// writeBuffered writes to dst what the connection's buffer holds of a
+// body framed by Content-Length (readResponseFast's), and consumes it;
+// done reports the body's end, reached as Read reaches it (the connection
+// goes back to the pool). A body of another kind writes nothing. A failed
+// write is returned; the caller closes the body.
+func (b *h1Body) writeBuffered(dst io.Writer) (done bool, err error) {
+	if b.done {
+		return true, nil
+	}
+	sb, ok := b.body.(*sizedBody)
+	if !ok || !b.sized {
+		return false, nil
+	}
+	if n := int64(sb.br.Buffered()); n > 0 && sb.n > 0 {
+		p, _ := sb.br.Peek(int(min(n, sb.n)))
+		_, err = dst.Write(p)
+		_, _ = sb.br.Discard(len(p))
+		sb.n -= int64(len(p))
+		if err != nil {
+			return false, err
+		}
+	}
+	if sb.n > 0 {
+		return false, nil
+	}
+	b.done = true
+	b.p.finish(b.pc, b.stop, b.keep)
+	return true, nil
+}
+
 func (b *h1Body) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF

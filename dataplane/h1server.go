@@ -290,20 +290,24 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		}
 		sc.Close()
 	}()
-	// One context per connection, as net/http's: requests derive from it,
-	// so their cancellation never touches the server-wide context.
-	// ServerContextKey is set as net/http's server sets it; run recovers
-	// the handler's ErrAbortHandler (a body copy that failed after the
-	// headers).
-	base, cancelConn := context.WithCancel(context.WithValue(context.WithValue(context.WithValue(
-		w.s.ctx, http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info), h1ConnKey{}, c))
-	defer cancelConn()
-	// The end of the connection's context (server stop) aborts the
-	// request's upstream exchange (serverRequest): one watch per
-	// connection, not per request.
-	defer context.AfterFunc(base, func() {
+	// One context per connection, as net/http's, holding the values
+	// requests look up: ServerContextKey as net/http's server sets it (run
+	// recovers the handler's ErrAbortHandler, a body copy that failed
+	// after the headers), the connection's facts and the connection. It
+	// cannot be cancelled: a request's context derived from a cancellable
+	// parent registers itself there (a lock and a map entry per request).
+	// The request in flight is cancelled by its own end, by the
+	// connection's watches (dcWatch, route timeout) and, below, by the
+	// server's stop.
+	base := context.WithValue(context.WithValue(context.WithValue(
+		context.WithoutCancel(w.s.ctx), http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info), h1ConnKey{}, c)
+	// The server's stop ends the request in flight and aborts its
+	// upstream exchange (serverRequest): one watch per connection, not
+	// per request.
+	defer context.AfterFunc(w.s.ctx, func() {
 		if rw := c.cur.Load(); rw != nil {
 			rw.abort.fire()
+			rw.cancel(context.Canceled)
 		}
 	})()
 	for {
@@ -383,8 +387,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		c.cur.Store(nil)
 		rw.abort.fire() // an exchange still watched ends with the request, as with its context
 	}()
-	if base.Err() != nil {
-		rw.abort.fire() // the connection's context ended before cur was set
+	if c.w.s.ctx.Err() != nil {
+		// The server stopped before cur was set.
+		rw.abort.fire()
+		cancel(context.Canceled)
 	}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
