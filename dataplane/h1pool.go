@@ -111,7 +111,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // RoundTrip implements http.RoundTripper.
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	if (req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0) || req.Header.Get("Expect") != "" {
+	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
 	}
 	addr := req.URL.Host
@@ -130,6 +130,14 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+}
+
+// writesHead reports whether RoundTrip sends req itself, its head
+// written before RoundTrip returns (so req.Header is not read after it),
+// rather than through the fallback Transport, whose writer may still read
+// it after a cancelled RoundTrip returned.
+func (p *h1Pool) writesHead(req *http.Request) bool {
+	return (req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0) && req.Header.Get("Expect") == ""
 }
 
 func isIdempotent(method string) bool {

@@ -105,6 +105,7 @@ type respStore struct {
 type reqStore struct {
 	req http.Request
 	url url.URL
+	hdr *headScratch // the server connection's (h1ServerConn.reqHdr)
 }
 
 // headScratch is a header map and a backing array for its values that a
@@ -256,7 +257,11 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	default:
 		return nil, false
 	}
-	h, f, ok := parseHeaderLines(head[nl+1:], nil)
+	var hs *headScratch
+	if st != nil {
+		hs = st.hdr
+	}
+	h, f, ok := parseHeaderLines(head[nl+1:], hs)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 0 || f.hosts != 1 {
 		return nil, false
 	}

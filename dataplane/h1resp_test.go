@@ -292,8 +292,9 @@ func TestParseOriginForm(t *testing.T) {
 }
 
 // TestFastReaderAllocations: with a server request's storage the response
-// head costs one allocation (its string) and the request head four (its
-// string, the header map's two and its values); the storage is reused.
+// head costs one allocation (its string), and so does the request head
+// with the connection's header scratch (four without: its string, the
+// header map's two and its values); the storage is reused.
 func TestFastReaderAllocations(t *testing.T) {
 	resp := []byte(responseSeeds[0])
 	st := newRespStore()
@@ -323,6 +324,17 @@ func TestFastReaderAllocations(t *testing.T) {
 	}); n > 4 {
 		t.Errorf("request head: %v allocations, want at most 4", n)
 	}
+	rst.hdr = new(headScratch)
+	if n := testing.AllocsPerRun(100, func() {
+		r.Reset(in)
+		br.Reset(r)
+		_, _ = br.Peek(1)
+		if _, ok := readRequestFast(br, rst); !ok {
+			t.Fatal("declined")
+		}
+	}); n != 1 {
+		t.Errorf("request head with a header scratch: %v allocations, want 1", n)
+	}
 }
 
 // FuzzReadRequestFast: whatever the fast reader takes, net/http takes the
@@ -331,9 +343,10 @@ func FuzzReadRequestFast(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
-	st := new(reqStore)
+	st, reused := new(reqStore), &reqStore{hdr: new(headScratch)}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkRequestFast(t, data, nil)
 		checkRequestFast(t, data, st)
+		checkRequestFast(t, data, reused) // the scratch of earlier inputs, cleared
 	})
 }

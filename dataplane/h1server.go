@@ -73,6 +73,10 @@ type h1ServerConn struct {
 	// reused: a request is done with its response before the next is
 	// read.
 	respHdr headScratch
+	// reqHdr is the header map of its requests read by readRequestFast,
+	// reused unless a request lent it to a transport that may still read
+	// it (exchange.headerLent): then the next request starts a new one.
+	reqHdr headScratch
 	// out is what bw writes to; q the socket's write queue for its next
 	// read (raw socket I/O), nil without (see h1Out).
 	out h1Out
@@ -340,6 +344,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		// upstream response, serveHTTP's state): one allocation.
 		rw := &h1Writer{c: c}
 		rw.store.hdr = &c.respHdr
+		rw.in.hdr = &c.reqHdr
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else (and every error) is
 		// net/http's.
@@ -360,7 +365,11 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			}
 			return
 		}
-		if !c.serve(base, req, rw) {
+		keep := c.serve(base, req, rw)
+		if rw.scratch.ex.headerLent {
+			c.reqHdr = headScratch{}
+		}
+		if !keep {
 			return
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 // rawExchange writes raw bytes to the proxy's outbound listener and reads
@@ -271,4 +273,72 @@ func readBody(br *bufio.Reader) (string, error) {
 	}
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// TestH1RequestHeadersPerRequest: the requests of one keep-alive
+// connection reach the upstream each with its own headers, none left
+// from the one before, with an HTTP/1.1 upstream (the request header map
+// is the connection's, reused) and an h2c one (whose transport may read
+// the map after the request, so each request gets a new one). Header
+// counts vary around the reused map's limit.
+func TestH1RequestHeadersPerRequest(t *testing.T) {
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pads := 0
+		for k := range r.Header {
+			if strings.HasPrefix(k, "X-Pad-") {
+				pads++
+			}
+		}
+		fmt.Fprintf(w, "%s|%s|%d|%s", r.Header.Get("X-Seq"), r.Header.Get("X-Even"), pads, r.URL.Path)
+	})
+	for _, proto := range []string{"http1", "h2c"} {
+		t.Run(proto, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.11:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: echo, Protocols: new(http.Protocols)}
+			srv.Protocols.SetHTTP1(true)
+			srv.Protocols.SetUnencryptedHTTP2(true)
+			go func() { _ = srv.Serve(l) }()
+			t.Cleanup(func() { srv.Close() })
+			cl := testCluster("echo", endpoint(l.Addr().String(), "a"))
+			if proto == "h2c" {
+				cl.Protocol = config.UpstreamHTTP2
+			}
+			s, _ := startServer(t, testConfig(noRetry, cl))
+			c := dialProxy(t, s)
+			br := bufio.NewReader(c)
+			for i := range 40 {
+				var b strings.Builder
+				fmt.Fprintf(&b, "GET /r%d HTTP/1.1\r\nHost: echo\r\nX-Seq: %d\r\n", i, i)
+				even := ""
+				if i%2 == 0 {
+					even = fmt.Sprint(i)
+					fmt.Fprintf(&b, "X-Even: %s\r\n", even)
+				}
+				pads := (i * 7) % 21 // 0-20 more lines: 3-23 in all
+				for k := range pads {
+					fmt.Fprintf(&b, "X-Pad-%d: %d\r\n", k, i)
+				}
+				b.WriteString("\r\n")
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.WriteString(c, b.String()); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("request %d: %d %q %v", i, resp.StatusCode, body, err)
+				}
+				if want := fmt.Sprintf("%d|%s|%d|/r%d", i, even, pads, i); string(body) != want {
+					t.Errorf("request %d: the upstream saw %q, want %q", i, body, want)
+				}
+			}
+		})
+	}
 }

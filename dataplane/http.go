@@ -48,6 +48,9 @@ type exchange struct {
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
+	// headerLent: the request itself (its header map) went to a
+	// transport that may read it after the request ends.
+	headerLent bool
 }
 
 // httpScratch is serveHTTP's state for one request, in one allocation
@@ -466,7 +469,11 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		out = out.WithContext(context.WithValue(out.Context(), hostKey{}, h))
 		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
 	}
-	resp, err := w.transport(ex.cluster, kind).RoundTrip(out)
+	t := w.transport(ex.cluster, kind)
+	if p, ok := t.(*h1Pool); out == req && (!ok || !p.writesHead(req)) {
+		ex.headerLent = true
+	}
+	resp, err := t.RoundTrip(out)
 	if cancel != nil {
 		if err != nil {
 			// A transport reports its context's end as context.Canceled
