@@ -135,6 +135,6 @@ GO
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 go mod tidy >/dev/null 2>&1 || go mod tidy
 ver=$(k8s_ldflags)
-go build -ldflags "$ver" -o "$bin/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler >&2
+go build -ldflags "$ver -s -w" -o "$bin/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler >&2
 go build -o "$bin/mkimage" ./mkimage >&2
 echo "$bin"

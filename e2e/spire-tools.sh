@@ -24,5 +24,5 @@ go 1.26
 MOD
 export GOFLAGS=-mod=mod CGO_ENABLED=1
 go get -tool "github.com/spiffe/spire/cmd/spire-agent@$SPIRE" "github.com/spiffe/spire/cmd/spire-server@$SPIRE" >&2
-GOBIN="$bin" go install github.com/spiffe/spire/cmd/spire-agent github.com/spiffe/spire/cmd/spire-server >&2
+GOBIN="$bin" go install -ldflags "-s -w" github.com/spiffe/spire/cmd/spire-agent github.com/spiffe/spire/cmd/spire-server >&2
 echo "$bin"
