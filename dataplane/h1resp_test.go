@@ -314,25 +314,21 @@ func TestFastReaderAllocations(t *testing.T) {
 	in := []byte(requestSeeds[1])
 	rst := new(reqStore)
 	r = bytes.NewReader(in)
-	if n := testing.AllocsPerRun(100, func() {
-		r.Reset(in)
-		br.Reset(r)
-		_, _ = br.Peek(1)
-		if _, ok := readRequestFast(br, rst); !ok {
-			t.Fatal("declined")
-		}
-	}); n > 4 {
+	requestAllocs := func() float64 {
+		return testing.AllocsPerRun(100, func() {
+			r.Reset(in)
+			br.Reset(r)
+			_, _ = br.Peek(1)
+			if _, ok := readRequestFast(br, rst); !ok {
+				t.Fatal("declined")
+			}
+		})
+	}
+	if n := requestAllocs(); n > 4 {
 		t.Errorf("request head: %v allocations, want at most 4", n)
 	}
 	rst.hdr = new(headScratch)
-	if n := testing.AllocsPerRun(100, func() {
-		r.Reset(in)
-		br.Reset(r)
-		_, _ = br.Peek(1)
-		if _, ok := readRequestFast(br, rst); !ok {
-			t.Fatal("declined")
-		}
-	}); n != 1 {
+	if n := requestAllocs(); n != 1 {
 		t.Errorf("request head with a header scratch: %v allocations, want 1", n)
 	}
 }
