@@ -20,12 +20,8 @@ export PATH=/usr/local/go/bin:$PATH
 CACHE=${MESHLET_CACHE:-$HOME/.cache/meshlet}
 fortio=$CACHE/bin/fortio
 [ -x "$fortio" ] || { echo "pgo.sh: $fortio missing: run bench/proxy.sh once (it installs fortio)" >&2; exit 1; }
-for port in 18080 18101 18190 18191 18192; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    echo "pgo.sh: port $port is already in use on this machine" >&2
-    exit 1
-  fi
-done
+. bench/lib.sh # ports_free, wait_http, sidecar_config
+ports_free 18080 18101 18190 18191 18192 || exit 1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/meshlet-pgo.XXXXXX")
 pids=()
@@ -39,17 +35,12 @@ trap cleanup EXIT
 # Built without a profile, so that the profile describes the plain build.
 CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -pgo=off -o "$tmp/sidecar" ./cmd/sidecar
 go build -o "$tmp/upstream" ./bench/upstream
-. bench/sidecar-config.sh
 sidecar_config 18101 18190 >"$tmp/sidecar.yaml"
 "$tmp/upstream" -addr 127.0.0.1:18080 >"$tmp/upstream.log" 2>&1 &
 pids+=($!)
 "$tmp/sidecar" run -config "$tmp/sidecar.yaml" -watch 0 >"$tmp/sidecar.log" 2>&1 &
 pids+=($!)
-for i in $(seq 100); do
-  curl -fsS -o /dev/null --max-time 1 http://127.0.0.1:18101/ 2>/dev/null && break
-  [ "$i" = 100 ] && { cat "$tmp/sidecar.log" >&2; echo "pgo.sh: the sidecar did not answer" >&2; exit 1; }
-  sleep 0.1
-done
+wait_http http://127.0.0.1:18101/ || { cat "$tmp/sidecar.log" >&2; echo "pgo.sh: the sidecar did not answer" >&2; exit 1; }
 "$fortio" load -quiet -c 16 -qps 0 -t 1s http://127.0.0.1:18101/ >/dev/null 2>&1
 
 profile() { # profile NAME SECONDS FORTIO_ARGS...: one profiled load run

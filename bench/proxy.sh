@@ -19,6 +19,7 @@
 # 18193-18195.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh # ports_free, wait_http, sidecar_config
 export PATH=/usr/local/go/bin:$PATH
 
 CACHE=${MESHLET_CACHE:-$HOME/.cache/meshlet}
@@ -79,22 +80,10 @@ CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar" ./cmd/sidec
 go build -o "$tmp/upstream" ./bench/upstream
 go build -o "$tmp/floor" ./bench/floor
 
-for port in 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR $PORT_RSS 18112 18190 18191 18192 18193 18194 18195; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    die "port $port is already in use on this machine"
-  fi
-done
+ports_free 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR $PORT_RSS 18112 18190 18191 18192 18193 18194 18195 ||
+  die "a port the benchmark needs is taken"
 
 # ---------------------------------------------------------------- helpers
-# wait_http URL: until URL answers 200 (10 s at most).
-wait_http() {
-  local i
-  for i in $(seq 100); do
-    if curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
 
 # cpu_ticks PID...: utime+stime (clock ticks) summed over the processes.
 cpu_ticks() {
@@ -156,8 +145,6 @@ stop() { # stop PID
   wait "$1" 2>/dev/null || true
 }
 
-# sidecar_config PORT ADMIN_PORT_BASE (bench/sidecar-config.sh, shared with bench/pgo.sh)
-. bench/sidecar-config.sh
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(loadavg)

@@ -1,5 +1,27 @@
-# Sourced by bench/proxy.sh and bench/pgo.sh: the sidecar's configuration
-# in the proxy benchmark.
+# Sourced by bench/proxy.sh and bench/pgo.sh: what both need to run the
+# proxy benchmark's sidecar.
+
+# ports_free PORT...: fails, naming the port, if one is already listened on.
+ports_free() {
+  local port
+  for port in "$@"; do
+    if ss -Hltn "sport = :$port" | grep -q .; then
+      echo "port $port is already in use on this machine" >&2
+      return 1
+    fi
+  done
+}
+
+# wait_http URL: until URL answers 200 (10 s at most).
+wait_http() {
+  local i
+  for i in $(seq 100); do
+    if curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
 #
 # sidecar_config PORT ADMIN_PORT_BASE prints a static config with one
 # listener on 127.0.0.1:PORT (original destination 10.96.0.10:80, protocol
