@@ -470,10 +470,10 @@ func (b *h1Body) writeBuffered(dst io.Writer) (done bool, err error) {
 		return true, nil
 	}
 	sb, ok := b.body.(*sizedBody)
-	if !ok || !b.sized {
+	if !ok {
 		return false, nil
 	}
-	if n := int64(sb.br.Buffered()); n > 0 && sb.n > 0 {
+	if n := int64(sb.br.Buffered()); n > 0 {
 		p, _ := sb.br.Peek(int(min(n, sb.n)))
 		_, err = dst.Write(p)
 		_, _ = sb.br.Discard(len(p))

@@ -70,19 +70,15 @@ func fortioBin(t *testing.T) string {
 	return bin
 }
 
-// sidecarBin builds cmd/sidecar once per test binary, exactly as the
-// node images' sidecar is built (buildImages: static, -trimpath, -tags
-// grpcnotrace, -pgo=off): one configuration compiles the dependency tree
-// once on a cold cache, not twice.
+// sidecarBin builds cmd/sidecar once per test binary, as the node
+// images' is built (shipBuild).
 var sidecarBin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "meshlet-e2e-bin")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sidecar")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-o", bin, "../cmd/sidecar")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
+	out, err := shipBuild("..", bin, "./cmd/sidecar").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
 	}

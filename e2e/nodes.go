@@ -84,6 +84,20 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// shipBuild is the go build of pkg (relative to the module root root)
+// into out as `make sidecar` builds the sidecar (static, -trimpath, -tags
+// grpcnotrace), but without its profile-guided optimisation
+// (cmd/sidecar/default.pgo), which changes no behaviour and would compile
+// every package a second time on a cold cache. Every binary the suite
+// builds from this module is built so: one configuration compiles the
+// dependency tree once.
+func shipBuild(root, out, pkg string) *exec.Cmd {
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd
+}
+
 // buildImages builds the pause, echo and sidecar binaries statically and
 // packs each into an image tarball; it returns the tarballs.
 func buildImages(t *testing.T, bin string) []string {
@@ -101,14 +115,7 @@ func buildImages(t *testing.T, bin string) []string {
 		{"./cmd/injector", "injector", InjectorImage, "/usr/local/bin/injector"},
 	} {
 		out := filepath.Join(dir, img.file)
-		// As `make sidecar` builds it (static, -tags grpcnotrace), but
-		// without its profile-guided optimisation (cmd/sidecar/default.pgo),
-		// which changes no behaviour and would compile every package a
-		// second time on a cold cache.
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-o", out, img.pkg)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
+		if b, err := shipBuild(root, out, img.pkg).CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", img.pkg, err, b)
 		}
 		tar := out + ".tar"
