@@ -1,6 +1,14 @@
 # meshlet — `make test` is what CI runs (through .ci/run).
 GO ?= go
 
+# vet and every test build as the sidecar ships (static, -trimpath, without
+# gRPC's x/net/trace: see SIDECAR_BUILD below), which is also how the e2e
+# suite builds its images (e2e/nodes.go shipBuild). One configuration means
+# one compile of the dependency tree on a cold cache, not one for the tests
+# and another for the binaries.
+export CGO_ENABLED := 0
+TESTFLAGS = -trimpath -tags grpcnotrace
+
 .PHONY: test fmt vet unit vectors e2e demo bench sidecar
 
 test: fmt vet unit vectors e2e
@@ -11,17 +19,17 @@ fmt:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet $(TESTFLAGS) ./...
+	$(GO) vet $(TESTFLAGS),e2e ./e2e/
 
 # All tests; fuzz targets run on their seed corpus only.
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test $(TESTFLAGS) -count=1 ./...
 
 # The Envoy conformance vectors, with their summary line
 # (MESHLET_LB_VECTORS=path runs another file of the same schema).
 vectors:
-	@$(GO) test -count=1 -run '^TestEnvoyVectors$$' -v ./lb/ | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
+	@$(GO) test $(TESTFLAGS) -count=1 -run '^TestEnvoyVectors$$' -v ./lb/ | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
 
 # End-to-end tests against a real etcd + kube-apiserver + controller
 # manager, SPIRE, and real nodes (kubelet, kube-scheduler; containerd, runc
@@ -33,7 +41,7 @@ e2e:
 	bash e2e/k8s-tools.sh >/dev/null
 	bash e2e/spire-tools.sh >/dev/null
 	bash e2e/node-tools.sh >/dev/null
-	$(GO) test -tags e2e -count=1 -timeout 30m ./e2e/
+	$(GO) test $(TESTFLAGS),e2e -count=1 -timeout 30m ./e2e/
 
 # The sidecar binary as it ships (images, benchmarks): static, and without
 # gRPC's x/net/trace debug pages (-tags grpcnotrace), which would link
