@@ -11,7 +11,11 @@ TESTFLAGS = -trimpath -tags grpcnotrace
 
 .PHONY: test fmt vet unit vectors e2e demo bench sidecar
 
-test: fmt vet unit vectors e2e
+# The e2e tools' modules download in the background meanwhile (network,
+# little CPU; e2e/tools.sh's build waits for them under the same lock).
+test: fmt
+	@bash e2e/tools.sh fetch >/dev/null 2>&1 & \
+	$(MAKE) --no-print-directory vet unit vectors e2e
 
 # gofmt must have nothing to say (generated BPF bindings excepted).
 fmt:
@@ -33,14 +37,12 @@ vectors:
 
 # End-to-end tests against a real etcd + kube-apiserver + controller
 # manager, SPIRE, and real nodes (kubelet, kube-scheduler; containerd, runc
-# and CNI plugins from apt), built from the module proxy by
-# e2e/k8s-tools.sh, e2e/spire-tools.sh and e2e/node-tools.sh (cached outside
-# the clone; up to ~10 min each the first time, built before the tests so
-# their time does not count against the test timeout).
+# and CNI plugins from apt), built from the Go module proxy by
+# e2e/tools.sh (one module, one build; cached outside the clone; ~20 min
+# the first time, built before the tests so that its time does not count
+# against the test timeout).
 e2e:
-	bash e2e/k8s-tools.sh >/dev/null
-	bash e2e/spire-tools.sh >/dev/null
-	bash e2e/node-tools.sh >/dev/null
+	bash e2e/tools.sh >/dev/null
 	$(GO) test $(TESTFLAGS),e2e -count=1 -timeout 30m ./e2e/
 
 # The sidecar binary as it ships (images, benchmarks): static, and without

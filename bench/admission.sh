@@ -2,11 +2,11 @@
 # Runs BenchmarkAdmission (e2e/: the injector behind a real kube-apiserver,
 # 100 pod creations per second for 10 s, server-side dry run) and rewrites
 # the admission section of bench/RESULTS.md. Builds the Kubernetes binaries
-# first if they are not cached (e2e/k8s-tools.sh, ~10 min cold).
+# first if they are not cached (e2e/tools.sh, ~20 min cold).
 # Usage: bench/admission.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash e2e/k8s-tools.sh >/dev/null
+bash e2e/tools.sh >/dev/null
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 go test -tags e2e -run '^$' -bench 'BenchmarkAdmission' -benchtime 1x -count 1 -timeout 20m ./e2e/ | tee "$raw"

@@ -2,11 +2,11 @@
 
 // Package e2e holds meshlet's end-to-end tests against a real Kubernetes
 // control plane: etcd, kube-apiserver and kube-controller-manager built
-// from the Go module proxy by e2e/k8s-tools.sh and run on 127.0.0.1. Most
+// from the Go module proxy by e2e/tools.sh and run on 127.0.0.1. Most
 // tests have no kubelets: pods are bound to zone-labelled Node objects and
 // their status is patched, and the real EndpointSlice controller does the
 // rest. TestRealNodesMesh runs real nodes (StartNodes: kubelets,
-// containerd, runc and CNI bridges on this machine, e2e/node-tools.sh)
+// containerd, runc and CNI bridges on this machine, e2e/tools.sh)
 // with real pods and injected sidecars.
 package e2e
 
@@ -85,7 +85,7 @@ func toolsBin(t testing.TB, env, script, what string) string {
 // k8sBin builds (or finds cached) the control-plane binaries.
 func k8sBin(t testing.TB) string {
 	t.Helper()
-	return toolsBin(t, "MESHLET_K8S_BIN", "k8s-tools.sh", "builds etcd, kube-apiserver, kube-controller-manager, kubectl; ~10 min cold")
+	return toolsBin(t, "MESHLET_K8S_BIN", "tools.sh", "builds etcd, the Kubernetes binaries and SPIRE; ~20 min cold")
 }
 
 // StartCluster starts etcd, kube-apiserver and kube-controller-manager and

@@ -1,4 +1,4 @@
-# Sourced by e2e/k8s-tools.sh and e2e/node-tools.sh: the Go module that
+# Sourced by e2e/tools.sh: the Go module that
 # builds Kubernetes binaries from the module proxy. k8s.io/kubernetes
 # replaces every staging module with a local path; a tools module requiring
 # it replaces them with their released versions.

@@ -71,7 +71,7 @@ const (
 // installs containerd, runc and the CNI plugins if missing.
 func nodeBin(t *testing.T) string {
 	t.Helper()
-	return toolsBin(t, "MESHLET_NODE_BIN", "node-tools.sh", "kubelet, kube-scheduler, image packer; containerd, runc, CNI plugins from apt")
+	return toolsBin(t, "MESHLET_NODE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries, SPIRE and the image packer; installs containerd, runc, CNI plugins from apt")
 }
 
 // run runs a command and fails the test with its output if it fails.
@@ -141,7 +141,7 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 	bin := nodeBin(t)
 	for _, tool := range []string{"containerd", "ctr", "runc", "iptables", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed for real nodes (e2e/node-tools.sh installs it): %v", tool, err)
+			t.Fatalf("%s is needed for real nodes (e2e/tools.sh installs it): %v", tool, err)
 		}
 	}
 	tars := buildImages(t, bin)

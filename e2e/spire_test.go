@@ -19,7 +19,7 @@ import (
 // spireBin builds (or finds cached) spire-server and spire-agent.
 func spireBin(t *testing.T) string {
 	t.Helper()
-	return toolsBin(t, "MESHLET_SPIRE_BIN", "spire-tools.sh", "builds spire-server and spire-agent v1.13.3 with cgo; ~10 min cold")
+	return toolsBin(t, "MESHLET_SPIRE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries and SPIRE; ~20 min cold")
 }
 
 // spire runs a SPIRE server and agent on loopback and a Unix socket

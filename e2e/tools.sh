@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds every tool the e2e suite runs from the Go module proxy: etcd
+# v3.7.0, kube-apiserver, kube-controller-manager, kubectl, kubelet and
+# kube-scheduler v1.37.2 (see shared/reference/k8s-local-control-plane.md
+# and k8s-real-nodes.md), spire-server and spire-agent v1.13.3, and the
+# local image packer (mkimage, go-containerregistry). Installs Debian's
+# containerd, runc, CNI plugins, iptables and conntrack for the real nodes
+# when missing. Prints the bin directory.
+#
+# One module (e2e/tools: go.mod and go.sum committed, so a build resolves
+# nothing) and one `go build` for all of them: the packages they share
+# (client-go, the API types, gRPC, protobuf, ...) compile once. With cgo
+# (SPIRE's SQLite; every tool runs on the host, none in an image). The
+# binaries are stripped (-s -w: also ~3x faster links) and cached outside
+# the clone, keyed by this script and e2e/tools; never committed.
+#   e2e/tools.sh          build if needed, print the bin dir
+#   e2e/tools.sh fetch    only download the modules the build needs
+#                         (`make test` runs this in the background while
+#                         vet and the unit tests compile)
+#   e2e/tools.sh update   rewrite e2e/tools/go.mod and go.sum from the
+#                         versions below (network; then commit them)
+# Cold: ~20 min on 2 cores; cached: instant.
+set -euo pipefail
+cd "$(dirname "$0")"
+. ./k8s-module.sh
+ETCD=v3.7.0 SPIRE=v1.13.3 GGCR=v0.22.1
+mode=${1:-build}
+key=$(cat tools.sh k8s-module.sh tools/go.mod tools/go.sum tools/tools.go tools/etcd/main.go tools/mkimage/main.go | sha256sum | cut -c1-12)
+cache="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
+bin="$cache/tools-$K8S-$key/bin"
+export CGO_ENABLED=1 GOFLAGS=-mod=readonly
+targets=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler
+  github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent ./etcd ./mkimage)
+
+case "$mode" in
+update)
+  cd tools
+  k8s_module meshlet.dev/e2e-tools "go.etcd.io/etcd/server/v3 $ETCD" "github.com/google/go-containerregistry $GGCR" "github.com/spiffe/spire $SPIRE"
+  rm -f go.sum
+  GOFLAGS=-mod=mod go mod tidy
+  exit 0
+  ;;
+fetch | build) ;;
+*)
+  echo "usage: e2e/tools.sh [build|fetch|update]" >&2
+  exit 2
+  ;;
+esac
+
+built() { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubelet" ] && [ -x "$bin/spire-agent" ] && [ -x "$bin/etcd" ] && [ -x "$bin/mkimage" ]; }
+
+if [ "$mode" = build ]; then
+  need_apt=()
+  command -v containerd >/dev/null 2>&1 || need_apt+=(containerd)
+  command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+  [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+  command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+  command -v conntrack >/dev/null 2>&1 || need_apt+=(conntrack)
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  fi
+fi
+
+if built; then
+  echo "$bin"
+  exit 0
+fi
+mkdir -p "$cache"
+# A fetch in the background and a build hold the same lock: the build
+# waits for the modules the fetch is downloading.
+exec 9>"$cache/tools.lock"
+flock 9
+cd tools
+if [ "$mode" = fetch ]; then
+  go list -deps "${targets[@]}" >/dev/null
+  exit 0
+fi
+if ! built; then
+  rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+  go build -ldflags "$(k8s_ldflags) -s -w" -o "$bin.tmp/" "${targets[@]}" >&2
+  rm -rf "$bin" && mv "$bin.tmp" "$bin"
+fi
+echo "$bin"
