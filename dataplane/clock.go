@@ -15,7 +15,8 @@ import (
 // the clock arms one runtime timer per clockTick instead, and only while
 // alarms are set or were set within the last clockLinger.
 //
-// An alarm fires between its deadline and one tick later. Its function
+// An alarm fires between its deadline and one tick later (ticks fall on
+// the same instants for every clock: clockEpoch). Its function
 // runs on the clock's goroutine (it must not block); stop does not wait
 // for one that is running.
 type clock struct {
@@ -23,6 +24,7 @@ type clock struct {
 	due     []*alarm
 	timer   *time.Timer
 	running bool
+	next    time.Time // when the timer is due (while running)
 	last    time.Time // when the last alarm was set
 }
 
@@ -58,6 +60,19 @@ const (
 	preciseBelow = 500 * time.Millisecond
 )
 
+// clockEpoch is where the ticks of every clock of the process (one per
+// worker) and the processor scaler's windows start: they all fall on the
+// same instants, multiples of clockTick from it, so that the runtime wakes
+// once for all of them instead of once for each (two workers' clocks
+// started at different moments made 80 wake-ups a second instead of 40).
+var clockEpoch = time.Now()
+
+// untilTick is how long after now the next instant that is a multiple of
+// every from clockEpoch comes: more than 0, at most every.
+func untilTick(now time.Time, every time.Duration) time.Duration {
+	return every - now.Sub(clockEpoch)%every
+}
+
 // after sets fn to run once d has passed.
 func (c *clock) after(d time.Duration, fn func()) *alarm {
 	a := &alarm{fn: fn}
@@ -74,10 +89,12 @@ func (c *clock) set(a *alarm, d time.Duration) {
 	c.last = now
 	if !c.running {
 		c.running = true
+		wait := untilTick(now, clockTick)
+		c.next = now.Add(wait)
 		if c.timer == nil {
-			c.timer = time.AfterFunc(clockTick, c.tick)
+			c.timer = time.AfterFunc(wait, c.tick)
 		} else {
-			c.timer.Reset(clockTick)
+			c.timer.Reset(wait)
 		}
 	}
 	c.mu.Unlock()
@@ -105,7 +122,9 @@ func (c *clock) tick() {
 	if len(keep) == 0 && now.Sub(c.last) >= clockLinger {
 		c.running = false
 	} else {
-		c.timer.Reset(clockTick)
+		wait := untilTick(now, clockTick)
+		c.next = now.Add(wait)
+		c.timer.Reset(wait)
 	}
 	c.mu.Unlock()
 	for _, a := range fire {

@@ -81,3 +81,39 @@ func TestClockWithTimeout(t *testing.T) {
 		t.Errorf("cancelled early: err %v, cause %v", ctx.Err(), got)
 	}
 }
+
+func TestClockTicksAligned(t *testing.T) {
+	for _, off := range []time.Duration{0, time.Nanosecond, 7 * time.Millisecond, clockTick - time.Nanosecond} {
+		now := clockEpoch.Add(41*clockTick + off)
+		want := clockTick - off
+		if got := untilTick(now, clockTick); got != want {
+			t.Errorf("untilTick(epoch+41 ticks+%v) = %v, want %v", off, got, want)
+		}
+		if got := untilTick(now, procWindow); (now.Add(got).Sub(clockEpoch))%procWindow != 0 || got <= 0 || got > procWindow {
+			t.Errorf("untilTick(epoch+41 ticks+%v, procWindow) = %v: not the next window's end", off, got)
+		}
+	}
+	if procWindow%clockTick != 0 {
+		t.Errorf("procWindow %v is not a multiple of clockTick %v: the scaler would wake on its own", procWindow, clockTick)
+	}
+	// Two workers' clocks started at different moments tick at the same
+	// instants.
+	var a, b clock
+	a.after(time.Hour, func() {})
+	time.Sleep(clockTick / 3)
+	b.after(time.Hour, func() {})
+	a.mu.Lock()
+	na := a.next
+	a.mu.Unlock()
+	b.mu.Lock()
+	nb := b.next
+	b.mu.Unlock()
+	for name, n := range map[string]time.Time{"first": na, "second": nb} {
+		if ph := n.Sub(clockEpoch) % clockTick; ph != 0 {
+			t.Errorf("the %s clock's next tick is %v past a tick instant", name, ph)
+		}
+	}
+	if d := nb.Sub(na); d%clockTick != 0 {
+		t.Errorf("the clocks' next ticks are %v apart", d)
+	}
+}

@@ -32,7 +32,8 @@ type procScaler struct {
 }
 
 const (
-	// procWindow is how often the process's CPU use is measured.
+	// procWindow is how often the process's CPU use is measured (a
+	// multiple of clockTick).
 	procWindow = 100 * time.Millisecond
 	// procRaise: using more than this many CPUs per running processor
 	// in one window runs all of them (one processor 80 % busy: requests
@@ -52,7 +53,8 @@ func newProcScaler(max int, log *slog.Logger) *procScaler {
 // run measures every procWindow until ctx ends, then gives the runtime
 // the processor count it had back.
 func (p *procScaler) run(ctx context.Context) {
-	t := time.NewTicker(procWindow)
+	// Windows end on the clocks' ticks (clockEpoch): one wake-up for both.
+	t := time.NewTimer(untilTick(time.Now(), procWindow))
 	defer t.Stop()
 	// One processor from the start (the configuration is loaded): a
 	// sidecar started under load that one carries would otherwise stay
@@ -68,6 +70,7 @@ func (p *procScaler) run(ctx context.Context) {
 			}
 			return
 		case now := <-t.C:
+			t.Reset(untilTick(now, procWindow))
 			c := p.cpu()
 			used := float64(c-last) / float64(now.Sub(lastAt))
 			last, lastAt = c, now
