@@ -70,7 +70,9 @@ func (p *procScaler) run(ctx context.Context) {
 			}
 			return
 		case now := <-t.C:
-			t.Reset(untilTick(now, procWindow))
+			// The next window's end, counted from the time now (past the
+			// end of this one) rather than the channel's value.
+			t.Reset(untilTick(time.Now(), procWindow))
 			c := p.cpu()
 			used := float64(c-last) / float64(now.Sub(lastAt))
 			last, lastAt = c, now
