@@ -41,20 +41,26 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	req.URL.Scheme = "http"
 	req.URL.Host = "upstream" // route sets the host per attempt
 	h := req.Header
-	upType := upgradeType(h)
-	if upType != "" && !printable(upType) {
-		ex.details = "invalid_upgrade"
-		http.Error(rw, "invalid Upgrade header", http.StatusBadRequest)
-		return
-	}
-	teTrailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
-	removeHopByHop(h)
-	if teTrailers {
-		h.Set("Te", "trailers")
-	}
-	if upType != "" {
-		h.Set("Connection", "Upgrade")
-		h.Set("Upgrade", upType)
+	// A head the fast readers took without a hop-by-hop header has
+	// nothing to remove (nor an Upgrade or a TE).
+	hw, _ := ex.sw.ResponseWriter.(*h1Writer)
+	var upType string
+	if hw == nil || !hw.in.hopFree {
+		upType = upgradeType(h)
+		if upType != "" && !printable(upType) {
+			ex.details = "invalid_upgrade"
+			http.Error(rw, "invalid Upgrade header", http.StatusBadRequest)
+			return
+		}
+		teTrailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
+		removeHopByHop(h)
+		if teTrailers {
+			h.Set("Te", "trailers")
+		}
+		if upType != "" {
+			h.Set("Connection", "Upgrade")
+			h.Set("Upgrade", upType)
+		}
 	}
 	if _, ok := h["User-Agent"]; !ok {
 		h["User-Agent"] = noUserAgent // written as none
@@ -82,8 +88,10 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 		return
 	}
 
-	removeHopByHop(res.Header)
-	if hw, ok := ex.sw.ResponseWriter.(*h1Writer); !ok || !hw.adoptHeader(res.Header) {
+	if hw == nil || res != &hw.store.resp || !hw.store.hopFree {
+		removeHopByHop(res.Header)
+	}
+	if hw == nil || !hw.adoptHeader(res.Header) {
 		dst := rw.Header()
 		for k, vv := range res.Header {
 			if len(dst[k]) == 0 {
@@ -103,7 +111,7 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 		dst.Add("Trailer", strings.Join(keys, ", "))
 	}
 	rw.WriteHeader(res.StatusCode)
-	stream := res.ContentLength < 0 || isEventStream(res.Header.Get("Content-Type"))
+	stream := res.ContentLength < 0 || isEventStream(hget(res.Header, "Content-Type"))
 	if stream || announced > 0 {
 		// Headers at once; trailers need a chunked response, which an
 		// early flush forces.
@@ -268,7 +276,7 @@ func upgradeType(h http.Header) string {
 	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
 		return ""
 	}
-	return h.Get("Upgrade")
+	return hget(h, "Upgrade")
 }
 
 func printable(s string) bool {
@@ -304,5 +312,5 @@ func removeHopByHop(h http.Header) {
 // isTrailersOnly is a gRPC response carrying its status in its headers
 // alone.
 func isTrailersOnly(res *http.Response) bool {
-	return res.ProtoMajor == 2 && res.Header.Get("Grpc-Status") != "" && (res.Body == http.NoBody || res.ContentLength == 0)
+	return res.ProtoMajor == 2 && hget(res.Header, "Grpc-Status") != "" && (res.Body == http.NoBody || res.ContentLength == 0)
 }

@@ -137,7 +137,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 // rather than through the fallback Transport, whose writer may still read
 // it after a cancelled RoundTrip returned.
 func (p *h1Pool) writesHead(req *http.Request) bool {
-	return (req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0) && req.Header.Get("Expect") == ""
+	return (req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0) && hget(req.Header, "Expect") == ""
 }
 
 func isIdempotent(method string) bool {

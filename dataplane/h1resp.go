@@ -86,6 +86,9 @@ func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp 
 		*body = sizedBody{br: br, n: cl}
 		resp.Body = body
 	}
+	if st != nil {
+		st.hopFree = !f.hop
+	}
 	return resp, true
 }
 
@@ -97,6 +100,8 @@ type respStore struct {
 	body sizedBody
 	pool h1Body
 	hdr  *headScratch // the server connection's, reused from request to request
+	// hopFree: resp, as read, has no hop-by-hop header to remove.
+	hopFree bool
 }
 
 // reqStore is the storage readRequestFast fills for an HTTP/1 server
@@ -106,6 +111,8 @@ type reqStore struct {
 	req http.Request
 	url url.URL
 	hdr *headScratch // the server connection's (h1ServerConn.reqHdr)
+	// hopFree: req was read here and has no hop-by-hop header to remove.
+	hopFree bool
 }
 
 // headScratch is a header map and a backing array for its values that a
@@ -128,7 +135,9 @@ func (s *headScratch) get(n int) (http.Header, []string) {
 		return make(http.Header, n), make([]string, n)
 	}
 	if s.h == nil || len(s.h) > reuseHeaders {
-		s.h = make(http.Header, reuseHeaders)
+		// Sized for the usual head (a map for up to 8 keys is one group:
+		// cheaper to clear); it grows for a longer one.
+		s.h = make(http.Header, 8)
 	} else {
 		clear(s.h)
 	}
@@ -165,6 +174,9 @@ type headerFacts struct {
 	pragma  bool // net/http may add Cache-Control for it
 	close   bool // Connection holds the token close
 	hosts   int  // Host lines
+	// hop: a hop-by-hop header (hopByHop; Connection, which may name
+	// more) is there; without one forwarding has none to remove.
+	hop bool
 }
 
 // parseHeaderLines parses header lines, each ending in CRLF, into a header
@@ -213,9 +225,12 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 				return nil, f, false
 			}
 		case "Connection":
+			f.hop = true
 			if httpguts.HeaderValuesContainsToken([]string{v}, "close") {
 				f.close = true
 			}
+		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Upgrade":
+			f.hop = true
 		}
 		if old, dup := h[k]; dup {
 			h[k] = append(old, v)
@@ -287,6 +302,9 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	*req = http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Body: http.NoBody, Host: host, RequestURI: uri, Close: f.close,
+	}
+	if st != nil {
+		st.hopFree = !f.hop
 	}
 	return req, true
 }

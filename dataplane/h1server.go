@@ -382,7 +382,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	defer cancel(context.Canceled)
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.sc.info.src
-	if (req.Body != nil && req.Body != http.NoBody) || req.Header.Get("Upgrade") != "" {
+	if (req.Body != nil && req.Body != http.NoBody) || hget(req.Header, "Upgrade") != "" {
 		// The idle deadline must not cut an upload or an upgraded stream.
 		c.setReadDeadline(time.Time{})
 	}
@@ -404,7 +404,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
-		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
+		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			body.rw = rw
 			req.Header.Del("Expect")
 		}
@@ -856,7 +856,7 @@ func (rw *h1Writer) commit(final bool) {
 	rw.committed = true
 	h := rw.Header()
 	rw.cl = -1
-	if v := h.Get("Content-Length"); v != "" {
+	if v := hget(h, "Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 			rw.cl = n
 		} else {

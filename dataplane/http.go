@@ -136,8 +136,8 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = exchange{w: w, sw: sw, grpc: strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc"), tried: s.tried[:0]}
-	if req.Header.Get("X-Request-Id") == "" {
+	*ex = exchange{w: w, sw: sw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
+	if hget(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
 	}
@@ -220,6 +220,16 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 	routeCtx = req.Context()
 	w.forward(sw, req, ex)
+}
+
+// hget is h.Get for a key already in canonical form (every key the
+// request path looks up is a constant that is): the value without
+// Header.Get's canonicalisation of the key on every call.
+func hget(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // errRouteTimeout ends a request's context when its route timeout passes.
@@ -377,7 +387,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		if err == nil {
 			w.reportCode(c, h.Address, hc, resp.StatusCode)
 			ex.stats.countCode(resp.StatusCode)
-			decision, backoff = rs.OnResponse(resp.StatusCode, resp.Header.Get("X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
+			decision, backoff = rs.OnResponse(resp.StatusCode, hget(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != lb.RetryYes {
 				ex.noRetry(decision)
 				if attempt > 0 && decision == lb.RetryNo {
@@ -460,7 +470,7 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 	ex.upMTLS, ex.upstreamPeer = false, ""
 	if w.meshed(h) {
 		kind = transportMesh
-		if out.Header.Get("Upgrade") != "" {
+		if hget(out.Header, "Upgrade") != "" {
 			kind = transportMeshUpgrade
 		}
 		if out == req {
@@ -587,7 +597,7 @@ func (w *worker) contextError(req *http.Request, ex *exchange) error {
 }
 
 func grpcStatusOf(resp *http.Response) int {
-	if v := resp.Header.Get("Grpc-Status"); v != "" {
+	if v := hget(resp.Header, "Grpc-Status"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
 			return n
 		}
@@ -792,8 +802,8 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	e := lb.AccessLogEntry{
 		StartTime: start, Method: req.Method, Path: req.URL.RequestURI(), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes, Duration: d,
-		UpstreamServiceTime: -1, ForwardedFor: req.Header.Get("X-Forwarded-For"), UserAgent: req.UserAgent(),
-		RequestID: req.Header.Get("X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
+		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
+		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
 	w.s.access.Load().write(w.id, &e, logExtra{details: ex.details, failure: ex.failure, cluster: ex.clusterName(),
 		downstreamPeer: info.peer, upstreamPeer: ex.upstreamPeer})
@@ -803,7 +813,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	}
 	k := requestKey{service: serviceName(req.Host, info.dst), cluster: ex.clusterName(), protocol: proto, code: code, flags: ex.flags}
 	w.principals(&k, st.listeners[info.listener], info, ex.upMTLS, ex.upstreamPeer)
-	w.requestStats(k).observe(d)
+	w.requestStats(ex.cluster, &k).observe(d)
 }
 
 func (ex *exchange) clusterName() string {

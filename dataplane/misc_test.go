@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -463,5 +465,92 @@ func TestShutdownAfterDrainWaitsForInFlight(t *testing.T) {
 	s.Shutdown()
 	if got := <-done; got != "done" {
 		t.Errorf("in-flight request across /drain then Shutdown got %q", got)
+	}
+}
+
+// TestHopByHopHeaderAlone: each hop-by-hop header, alone in a request or a
+// response that the fast head readers take (on a keep-alive connection,
+// between heads that have none, so the reused header maps see both), is
+// removed in both directions, as is a header that Connection names.
+func TestHopByHopHeaderAlone(t *testing.T) {
+	names := []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Upgrade"}
+	up := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var saw []string
+		for _, n := range append(names, "X-Named") {
+			if _, ok := r.Header[n]; ok {
+				saw = append(saw, n)
+			}
+		}
+		w.Header().Set("X-Saw", strings.Join(saw, ","))
+		if hop := r.URL.Query().Get("hop"); hop != "" {
+			if hop == "Connection" {
+				w.Header().Set("Connection", "X-Named")
+				w.Header().Set("X-Named", "v")
+			} else {
+				w.Header().Set(hop, "v")
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(up, "a"))))
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	t.Cleanup(client.CloseIdleConnections)
+	for _, name := range names {
+		for i, withHop := range []bool{true, false, true} {
+			u := proxyURL(s) + "/"
+			if withHop {
+				u += "?hop=" + name
+			}
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			req.Host = "echo"
+			if withHop {
+				if name == "Connection" {
+					req.Header.Set("Connection", "X-Named")
+					req.Header.Set("X-Named", "v")
+				} else {
+					req.Header.Set(name, "v")
+				}
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("%s, request %d: %v", name, i, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got := resp.Header.Get("X-Saw"); got != "" {
+				t.Errorf("%s, request %d: the upstream got %s", name, i, got)
+			}
+			for _, n := range []string{name, "X-Named"} {
+				if _, ok := resp.Header[n]; ok {
+					t.Errorf("%s, request %d: the client got %s in the response", name, i, n)
+				}
+			}
+		}
+	}
+}
+
+// TestHgetKeysCanonical: hget skips Header.Get's canonicalisation of its
+// key, so every key the package passes it must already be canonical.
+func TestHgetKeysCanonical(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`hget\([^,]+, "([^"]*)"\)`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if k := m[1]; http.CanonicalHeaderKey(k) != k {
+				t.Errorf("%s: hget key %q is not canonical (%q)", f, k, http.CanonicalHeaderKey(k))
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found %d hget calls with a constant key, want the request path's (>= 10)", n)
 	}
 }

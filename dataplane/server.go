@@ -147,6 +147,9 @@ type cluster struct {
 	snap  atomic.Pointer[lb.Snapshot]
 	stats []*clusterStats // per worker
 
+	// local is each worker's own state of the cluster, by worker id.
+	local []clusterLocal
+
 	rqActive, rqPending, retriesActive, cxActive atomic.Int64
 	// outlierStats is a copy the main loop publishes for scrapes.
 	outlierStats atomic.Pointer[lb.OutlierStats]
@@ -421,7 +424,7 @@ func sameLocal(a, b *config.Config) bool {
 // failed until checked". (Outlier ejections start afresh with the new
 // detector.)
 func (s *Server) newCluster(cc *config.Cluster, cfg *config.Config, local []lb.Endpoint, prev *cluster) (*cluster, error) {
-	c := &cluster{name: cc.Name, cfg: cc, stopped: make(chan struct{})}
+	c := &cluster{name: cc.Name, cfg: cc, stopped: make(chan struct{}), local: make([]clusterLocal, len(s.workers))}
 	s.statsMu.Lock()
 	shards := s.stats[cc.Name]
 	if shards == nil {
@@ -658,7 +661,7 @@ func (s *Server) deliverOutlierSuccesses(c *cluster, addr string) {
 	}
 	for _, w := range s.workers {
 		w.mu.Lock()
-		if hs := w.hosts[c]; addr == "" {
+		if hs := c.local[w.id].hosts; addr == "" {
 			for a, hc := range hs {
 				put(a, hc)
 			}

@@ -31,7 +31,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 			downstreamPeer: info.peer, upstreamPeer: upstreamPeer})
 		k := requestKey{service: serviceName("", info.dst), cluster: clusterName, protocol: "tcp", flags: e.Flags}
 		w.principals(&k, ls, info, upMTLS, upstreamPeer)
-		w.requestStats(k).observe(e.Duration)
+		w.requestStats(nil, &k).observe(e.Duration)
 	}()
 	r := ls.matchRoute(info.dst, "", false)
 	if r == nil {

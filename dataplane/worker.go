@@ -31,8 +31,6 @@ type worker struct {
 
 	mu         sync.Mutex
 	rnd        lb.Random
-	pickers    map[*cluster]*lb.Picker
-	hosts      map[*cluster]map[string]*hostCounters
 	transports map[transportKey]http.RoundTripper
 	tlsConfigs map[[2]string]*tls.Config // by peer identity and ALPN
 	requests   map[requestKey]*requestStats
@@ -57,7 +55,7 @@ type worker struct {
 }
 
 func newWorker(s *Server, id int) *worker {
-	w := &worker{s: s, id: id, rnd: newRandom(), pickers: map[*cluster]*lb.Picker{}, hosts: map[*cluster]map[string]*hostCounters{},
+	w := &worker{s: s, id: id, rnd: newRandom(),
 		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[requestKey]*requestStats{}}
 	w.events = make(chan event, workerEventQueue)
 	w.h1conns = map[*h1ServerConn]struct{}{}
@@ -333,26 +331,41 @@ func (w *worker) report(ev event) {
 	}
 }
 
+// clusterLocal is one worker's state of one cluster (cluster.local[w.id],
+// guarded by the worker's mutex), reached without a map lookup: its
+// picker, its per-host counters, its plain upstream pool and the request
+// metrics of the label set its last request had.
+type clusterLocal struct {
+	picker *lb.Picker
+	hosts  map[string]*hostCounters
+	plain  http.RoundTripper
+	// reqKey and reqStats: the last label set counted and its metrics
+	// (requestStats).
+	reqKey   requestKey
+	reqStats *requestStats
+}
+
 // pick chooses an upstream host of c for this worker (nil when none) and
 // returns the host's counters on this worker.
 func (w *worker) pick(c *cluster, ctx *lb.PickContext) (*lb.Host, *hostCounters) {
 	snap := c.snap.Load()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.pickers[c]
+	cl := &c.local[w.id]
+	p := cl.picker
 	if p == nil {
 		p = lb.NewPicker(w.rnd, &c.stats[w.id].lb)
-		w.pickers[c] = p
+		cl.picker = p
 	}
 	h := p.Pick(snap, ctx)
 	if h == nil {
 		return nil, nil
 	}
 	p.RequestStarted(h)
-	hs := w.hosts[c]
+	hs := cl.hosts
 	if hs == nil {
 		hs = map[string]*hostCounters{}
-		w.hosts[c] = hs
+		cl.hosts = hs
 	}
 	hc := hs[h.Address]
 	if hc == nil {
@@ -397,7 +410,7 @@ func (w *worker) reportCode(c *cluster, addr string, hc *hostCounters, code int)
 // release ends the request counted on h by pick.
 func (w *worker) release(c *cluster, h *lb.Host) {
 	w.mu.Lock()
-	if p := w.pickers[c]; p != nil {
+	if p := c.local[w.id].picker; p != nil {
 		p.RequestFinished(h)
 	}
 	w.mu.Unlock()
@@ -406,9 +419,13 @@ func (w *worker) release(c *cluster, h *lb.Host) {
 // transport returns this worker's upstream connection pool of the given
 // kind for c.
 func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
-	k := transportKey{c, kind}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	cl := &c.local[w.id]
+	if kind == transportPlain && cl.plain != nil {
+		return cl.plain
+	}
+	k := transportKey{c, kind}
 	t := w.transports[k]
 	if t == nil {
 		if kind == transportPlain {
@@ -418,16 +435,31 @@ func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
 		}
 		w.transports[k] = t
 	}
+	if kind == transportPlain {
+		cl.plain = t
+	}
 	return t
 }
 
-func (w *worker) requestStats(k requestKey) *requestStats {
+// requestStats returns this worker's request metrics of label set k; c,
+// if not nil, is the request's cluster, which remembers the last label
+// set (a steady stream of requests has one: no map lookup).
+func (w *worker) requestStats(c *cluster, k *requestKey) *requestStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	r := w.requests[k]
+	var cl *clusterLocal
+	if c != nil {
+		if cl = &c.local[w.id]; cl.reqStats != nil && cl.reqKey == *k {
+			return cl.reqStats
+		}
+	}
+	r := w.requests[*k]
 	if r == nil {
 		r = &requestStats{}
-		w.requests[k] = r
+		w.requests[*k] = r
+	}
+	if cl != nil {
+		cl.reqKey, cl.reqStats = *k, r
 	}
 	return r
 }
@@ -443,8 +475,6 @@ func (w *worker) dropCluster(c *cluster) {
 			delete(w.transports, k)
 		}
 	}
-	delete(w.pickers, c)
-	delete(w.hosts, c)
 	w.mu.Unlock()
 	for _, t := range ts {
 		closeIdle(t)
