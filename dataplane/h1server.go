@@ -302,9 +302,10 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	// parent registers itself there (a lock and a map entry per request).
 	// The request in flight is cancelled by its own end, by the
 	// connection's watches (dcWatch, route timeout) and, below, by the
-	// server's stop.
-	base := context.WithValue(context.WithValue(context.WithValue(
-		context.WithoutCancel(w.s.ctx), http.ServerContextKey, w.httpSrv), connInfoKey{}, sc.info), h1ConnKey{}, c)
+	// server's stop. (One context with the three values, not three
+	// nested ones: a request's context asks its parent for Done when it
+	// is made and when it ends, and each lookup walked the chain.)
+	base := &h1ConnCtx{Context: context.WithoutCancel(w.s.ctx), srv: w.httpSrv, info: sc.info, c: c}
 	// The server's stop ends the request in flight and aborts its
 	// upstream exchange (serverRequest): one watch per connection, not
 	// per request.
@@ -657,6 +658,36 @@ func (rw *h1Writer) cancelRequest(cause error) {
 
 // h1ConnKey is the context key of a request's *h1ServerConn.
 type h1ConnKey struct{}
+
+// h1ConnCtx is the context of a connection's requests: the server's
+// values (it embeds the server's context without its cancellation) and
+// the connection's: http.ServerContextKey, connInfoKey and h1ConnKey,
+// each boxed once. It is never done.
+type h1ConnCtx struct {
+	context.Context
+	srv  any // *http.Server
+	info any // connInfo
+	c    *h1ServerConn
+}
+
+// Value returns the connection's values, else the server context's.
+func (x *h1ConnCtx) Value(key any) any {
+	switch key {
+	case h1ConnKey{}:
+		return x.c
+	case connInfoKey{}:
+		return x.info
+	case http.ServerContextKey:
+		return x.srv
+	}
+	return x.Context.Value(key)
+}
+
+// Done is nil: the context is never cancelled.
+func (x *h1ConnCtx) Done() <-chan struct{} { return nil }
+
+// Err is nil: the context is never cancelled.
+func (x *h1ConnCtx) Err() error { return nil }
 
 // serverRequest is the writer of the HTTP/1 server request that req (an
 // upstream attempt) serves, or nil. own reports that req has that
