@@ -220,7 +220,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	rw, own := serverRequest(req)
 	var st *respStore // the response's storage: the server request's
 	if rw != nil {
-		st = &rw.store
+		st = rw.store
 	}
 	if own {
 		ab := &rw.abort

@@ -77,6 +77,12 @@ type h1ServerConn struct {
 	// reused unless a request lent it to a transport that may still read
 	// it (exchange.headerLent): then the next request starts a new one.
 	reqHdr headScratch
+	// in holds the request read by readRequestFast (its http.Request
+	// and URL) and store its upstream response: reused from request to
+	// request as the header maps are (in is replaced when reqHdr is:
+	// a transport that may still read the request has its URL too).
+	in    *reqStore
+	store respStore
 	// out is what bw writes to; q the socket's write queue for its next
 	// read (raw socket I/O), nil without (see h1Out).
 	out h1Out
@@ -272,6 +278,8 @@ func (s *h1Source) Read(p []byte) (int, error) {
 // serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
 func (w *worker) serveH1(sc *sniffedConn) {
 	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
+	c.in = &reqStore{hdr: &c.reqHdr}
+	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
 	// queued (h1Out).
 	if q, ok := sc.w.(readQueuer); ok {
@@ -341,15 +349,15 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
-		// The request's writer holds what the request needs (its
-		// upstream response, serveHTTP's state): one allocation.
-		rw := &h1Writer{c: c}
-		rw.store.hdr = &c.respHdr
-		rw.in.hdr = &c.reqHdr
+		// The request's writer holds serveHTTP's state: one allocation;
+		// the request as read and its upstream response are in the
+		// connection's stores.
+		rw := &h1Writer{c: c, in: c.in, store: &c.store}
+		c.in.hopFree = false // set by readRequestFast only
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else (and every error) is
 		// net/http's.
-		req, fast := readRequestFast(c.br, &rw.in)
+		req, fast := readRequestFast(c.br, c.in)
 		if !fast {
 			req, err = http.ReadRequest(c.br)
 		}
@@ -368,7 +376,10 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		}
 		keep := c.serve(base, req, rw)
 		if rw.scratch.ex.headerLent {
+			// The transport may still read the request: its header
+			// map and URL stay its own.
 			c.reqHdr = headScratch{}
+			c.in = &reqStore{hdr: &c.reqHdr}
 		}
 		if !keep {
 			return
@@ -620,10 +631,11 @@ type h1Writer struct {
 	abort upstreamAbort
 	// wantsClose: the client asked to close after this response.
 	wantsClose bool
-	// in is the request as read, store its upstream response, scratch
-	// serveHTTP's state: allocated with the writer.
-	in      reqStore
-	store   respStore
+	// in is the request as read and store its upstream response (the
+	// connection's, h1ServerConn.in and .store); scratch serveHTTP's
+	// state, allocated with the writer.
+	in      *reqStore
+	store   *respStore
 	scratch httpScratch
 }
 
