@@ -98,13 +98,14 @@ const (
 	// idleCheckEvery is how often the allocation counter is read.
 	idleCheckEvery = time.Second
 	// idleAllocBytes: an interval that allocated less is quiet (an idle
-	// sidecar's health checks, xDS keep-alives and scrapes stay under it;
-	// 1000 requests a second allocate about 2.5 MB).
-	idleAllocBytes = 1 << 20
+	// sidecar's health checks and xDS keep-alives stay under it, a
+	// scrape's second may not; a proxied HTTP/1 request allocates about
+	// 1.4 KB, so 200 requests a second are not quiet).
+	idleAllocBytes = 256 << 10
 	// busyAllocBytes: what must have been allocated since the last
 	// release for a quiet interval to be worth a release (a forced
-	// garbage collection).
-	busyAllocBytes = 32 << 20
+	// garbage collection): about 12,000 requests.
+	busyAllocBytes = 16 << 20
 	// minReleaseGap keeps bursty traffic from releasing more often.
 	minReleaseGap = 10 * time.Second
 )

@@ -49,12 +49,19 @@ func TestIdleDetector(t *testing.T) {
 	}
 	// A slow trickle adds up to a release only after busyAllocBytes.
 	var n int
-	for s := 60; s < 60+busyAllocBytes/(512<<10)+1; s++ {
-		if step(s, 512<<10) {
+	for s := 60; s < 60+busyAllocBytes/(128<<10)+1; s++ {
+		if step(s, 128<<10) {
 			n++
 		}
 	}
 	if n != 1 {
-		t.Fatalf("a trickle of %d bytes released %d times, want 1", busyAllocBytes+512<<10, n)
+		t.Fatalf("a trickle of %d bytes released %d times, want 1", busyAllocBytes+128<<10, n)
+	}
+	// Steady traffic of 300 requests a second (about 1.4 KB each) is
+	// never quiet, however long it lasts.
+	for s := 300; s < 400; s++ {
+		if step(s, 300*1400) {
+			t.Fatalf("second %d: released during a steady 300 req/s", s)
+		}
 	}
 }
