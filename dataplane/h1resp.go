@@ -256,6 +256,9 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 //
 // st, if not nil, holds the request and its URL; else both are new.
 func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool) {
+	if st != nil {
+		st.hopFree = false // a declined head is net/http's: nothing known of it
+	}
 	buf, end, nl, ok := bufferedHead(br)
 	if !ok {
 		return nil, false

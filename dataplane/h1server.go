@@ -353,7 +353,6 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		// the request as read and its upstream response are in the
 		// connection's stores.
 		rw := &h1Writer{c: c, in: c.in, store: &c.store}
-		c.in.hopFree = false // set by readRequestFast only
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else (and every error) is
 		// net/http's.
