@@ -31,19 +31,26 @@ type clock struct {
 // alarm is one deadline on a clock. It runs fn, or else target's
 // alarmFired (an alarm embedded in a per-request object that is its own
 // target costs no allocation).
+//
+// An alarm may be set again once it was stopped or has fired, even while
+// the clock still lists it (a stopped alarm stays in the list until the
+// next tick): each set starts a new generation, and only the generation
+// the clock found due fires, so a reused object's alarm never fires for
+// an earlier use. The generation goes to alarmFired, for a target that
+// must tell its uses apart (one whose function may already be running
+// when it is stopped and set again).
 type alarm struct {
-	when   time.Time
+	when   time.Time // guarded by the clock's mu
+	listed bool      // in the clock's due list; guarded by its mu
 	fn     func()
 	target alarmTarget
-	off    atomic.Bool
+	// state is the generation (state >> 1) and whether it is on (bit 0).
+	state atomic.Uint64
 }
 
-// alarmTarget is what an alarm without a fn calls.
-type alarmTarget interface{ alarmFired() }
-
-// armed reports whether a was given something to run (set once, never
-// cleared).
-func (a *alarm) armed() bool { return a.fn != nil || a.target != nil }
+// alarmTarget is what an alarm without a fn calls, with the generation
+// that fired (clock.set returned it).
+type alarmTarget interface{ alarmFired(gen uint64) }
 
 const (
 	// clockTick is the clock's resolution. Each tick is a wake-up (a
@@ -80,12 +87,18 @@ func (c *clock) after(d time.Duration, fn func()) *alarm {
 	return a
 }
 
-// set arms a (its fn set, not armed before) to fire once d has passed.
-func (c *clock) set(a *alarm, d time.Duration) {
+// set arms a (its fn or target set, stopped or fired if set before) to
+// fire once d has passed; it returns the generation it started.
+func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
 	now := time.Now()
-	a.when = now.Add(d)
 	c.mu.Lock()
-	c.due = append(c.due, a)
+	gen = a.state.Load()>>1 + 1
+	a.state.Store(gen<<1 | 1)
+	a.when = now.Add(d)
+	if !a.listed {
+		a.listed = true
+		c.due = append(c.due, a)
+	}
 	c.last = now
 	if !c.running {
 		c.running = true
@@ -98,21 +111,32 @@ func (c *clock) set(a *alarm, d time.Duration) {
 		}
 	}
 	c.mu.Unlock()
+	return gen
 }
 
-// stop keeps the alarm from firing if it has not yet.
-func (a *alarm) stop() { a.off.Store(true) }
+// stop keeps the alarm's generation from firing if it has not yet (it
+// does not wait for a function already running).
+func (a *alarm) stop() { a.state.And(^uint64(1)) }
+
+// dueAlarm is an alarm the tick found due, with the state it had then.
+type dueAlarm struct {
+	a     *alarm
+	state uint64
+}
 
 func (c *clock) tick() {
 	now := time.Now()
-	var fire []*alarm
+	var fire []dueAlarm
 	c.mu.Lock()
 	keep := c.due[:0]
 	for _, a := range c.due {
+		st := a.state.Load()
 		switch {
-		case a.off.Load():
+		case st&1 == 0:
+			a.listed = false
 		case !now.Before(a.when):
-			fire = append(fire, a)
+			a.listed = false
+			fire = append(fire, dueAlarm{a, st})
 		default:
 			keep = append(keep, a)
 		}
@@ -127,12 +151,13 @@ func (c *clock) tick() {
 		c.timer.Reset(wait)
 	}
 	c.mu.Unlock()
-	for _, a := range fire {
-		if !a.off.Swap(true) {
-			if a.fn != nil {
-				a.fn()
+	for _, f := range fire {
+		// Only the generation found due, if nothing stopped it since.
+		if f.a.state.CompareAndSwap(f.state, f.state&^1) {
+			if f.a.fn != nil {
+				f.a.fn()
 			} else {
-				a.target.alarmFired()
+				f.a.target.alarmFired(f.state >> 1)
 			}
 		}
 	}

@@ -117,3 +117,56 @@ func TestClockTicksAligned(t *testing.T) {
 		t.Errorf("the clocks' next ticks are %v apart", d)
 	}
 }
+
+// genTarget records the generations an alarm fires with.
+type genTarget chan uint64
+
+func (g genTarget) alarmFired(gen uint64) { g <- gen }
+
+// An alarm stopped and set again (a reused writer's) is listed once and
+// fires once, with the generation of its last set, at that set's time.
+func TestClockAlarmSetAgain(t *testing.T) {
+	var c clock
+	fired := make(genTarget, 4)
+	a := &alarm{target: fired}
+	g1 := c.set(a, time.Hour)
+	a.stop()
+	g2 := c.set(a, time.Hour)
+	a.stop()
+	start := time.Now()
+	g3 := c.set(a, 20*time.Millisecond)
+	if g1 == g2 || g2 == g3 || g1 == g3 {
+		t.Fatalf("generations %d, %d, %d: not one per set", g1, g2, g3)
+	}
+	c.mu.Lock()
+	listed := len(c.due)
+	c.mu.Unlock()
+	if listed != 1 {
+		t.Errorf("the alarm is listed %d times, want once", listed)
+	}
+	select {
+	case g := <-fired:
+		if g != g3 {
+			t.Errorf("fired with generation %d, want the last set's %d", g, g3)
+		}
+		if d := time.Since(start); d < 20*time.Millisecond {
+			t.Errorf("fired after %v, before the last set's 20 ms", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the alarm set again did not fire")
+	}
+	time.Sleep(3 * clockTick)
+	if len(fired) != 0 {
+		t.Errorf("the alarm fired %d more times", len(fired))
+	}
+	// Set again after it fired: it fires again.
+	g4 := c.set(a, time.Millisecond)
+	select {
+	case g := <-fired:
+		if g != g4 {
+			t.Errorf("fired with generation %d, want %d", g, g4)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the alarm set after firing did not fire")
+	}
+}

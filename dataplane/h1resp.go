@@ -113,6 +113,11 @@ type reqStore struct {
 	hdr *headScratch // the server connection's (h1ServerConn.reqHdr)
 	// hopFree: req was read here and has no hop-by-hop header to remove.
 	hopFree bool
+	// blank, if set, is the request every read here starts from: an
+	// empty request carrying the connection's request context
+	// (h1ServerConn.reqCtx), which net/http gives no other way to set
+	// than a copy of the request.
+	blank *http.Request
 }
 
 // headScratch is a header map and a backing array for its values that a
@@ -302,10 +307,13 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	}
 	delete(h, "Host")
 	_, _ = br.Discard(end + 4)
-	*req = http.Request{
-		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: http.NoBody, Host: host, RequestURI: uri, Close: f.close,
+	if st != nil && st.blank != nil {
+		*req = *st.blank
+	} else {
+		*req = http.Request{}
 	}
+	req.Method, req.URL, req.Proto, req.ProtoMajor, req.ProtoMinor = method, u, "HTTP/1.1", 1, 1
+	req.Header, req.Body, req.Host, req.RequestURI, req.Close = h, http.NoBody, host, uri, f.close
 	if st != nil {
 		st.hopFree = !f.hop
 	}

@@ -83,6 +83,15 @@ type h1ServerConn struct {
 	// a transport that may still read the request has its URL too).
 	in    *reqStore
 	store respStore
+	// rw is the writer of its requests (see h1Writer), nil until the
+	// next request makes one.
+	rw *h1Writer
+	// reqCtx is the context of the requests read by readRequestFast
+	// (in.blank carries it), kept from request to request while nothing
+	// can still hold it (reqCtxKept); nil until the next request makes
+	// one. reqCancel cancels it.
+	reqCtx    context.Context
+	reqCancel context.CancelCauseFunc
 	// out is what bw writes to; q the socket's write queue for its next
 	// read (raw socket I/O), nil without (see h1Out).
 	out h1Out
@@ -137,7 +146,7 @@ type idleCheck struct {
 	c     *h1ServerConn
 }
 
-func (ic *idleCheck) alarmFired() { ic.c.checkWait(ic) }
+func (ic *idleCheck) alarmFired(uint64) { ic.c.checkWait(ic) }
 
 // waitForRequest arms the next request's read to wait without trying a
 // read first, after it has sent the queued response: only where the
@@ -317,10 +326,14 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	// The server's stop ends the request in flight and aborts its
 	// upstream exchange (serverRequest): one watch per connection, not
 	// per request.
+	defer func() {
+		if c.reqCancel != nil {
+			c.reqCancel(context.Canceled)
+		}
+	}()
 	defer context.AfterFunc(w.s.ctx, func() {
 		if rw := c.cur.Load(); rw != nil {
-			rw.abort.fire()
-			rw.cancel(context.Canceled)
+			rw.serverStopped()
 		}
 	})()
 	for {
@@ -349,10 +362,21 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
-		// The request's writer holds serveHTTP's state: one allocation;
-		// the request as read and its upstream response are in the
-		// connection's stores.
-		rw := &h1Writer{c: c, in: c.in, store: &c.store}
+		// The writer (with serveHTTP's state) is the connection's, as
+		// are the stores of the request as read and of its upstream
+		// response.
+		if c.rw == nil {
+			c.rw = newH1Writer(c)
+		}
+		if c.reqCtx == nil || c.in.blank == nil {
+			if c.reqCancel != nil {
+				c.reqCancel(context.Canceled)
+			}
+			c.reqCtx, c.reqCancel = context.WithCancelCause(base)
+			c.in.blank = (&http.Request{}).WithContext(c.reqCtx)
+		}
+		rw := c.rw
+		rw.begin()
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else (and every error) is
 		// net/http's.
@@ -380,6 +404,12 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.reqHdr = headScratch{}
 			c.in = &reqStore{hdr: &c.reqHdr}
 		}
+		if rw.scratch.ex.headerLent || rw.hadBody || rw.hijacked {
+			// The request, its body reader or an upgraded stream may
+			// still hold the writer (its generated x-request-id too):
+			// the next request gets a new one.
+			c.rw = nil
+		}
 		if !keep {
 			return
 		}
@@ -389,9 +419,24 @@ func (w *worker) serveH1(sc *sniffedConn) {
 // serve runs one request with its writer rw; it reports whether the
 // connection stays open.
 func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writer) (keep bool) {
-	ctx, cancel := context.WithCancelCause(base)
-	defer cancel(context.Canceled)
-	req = req.WithContext(ctx)
+	// A request readRequestFast took has the connection's request
+	// context, kept for the next request if nothing can still hold it;
+	// any other gets a context of its own.
+	ctx, cancel := c.reqCtx, c.reqCancel
+	shared := ctx != nil && req.Context() == ctx
+	if !shared {
+		ctx, cancel = context.WithCancelCause(base)
+		req = req.WithContext(ctx)
+	}
+	defer func() {
+		if shared && c.reqCtxKept(ctx, rw) {
+			return
+		}
+		cancel(context.Canceled)
+		if shared {
+			c.reqCtx, c.reqCancel = nil, nil
+		}
+	}()
 	req.RemoteAddr = c.sc.info.src
 	if (req.Body != nil && req.Body != http.NoBody) || hget(req.Header, "Upgrade") != "" {
 		// The idle deadline must not cut an upload or an upgraded stream.
@@ -399,12 +444,12 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	}
 	// The client's Connection: close is read now: forwarding changes the
 	// request in place.
-	rw.req, rw.cancel, rw.wantsClose = req, cancel, req.Close
+	rw.started(req, cancel)
 	watch := &rw.watch
-	watch.c, watch.rw = c, rw
 	c.cur.Store(rw)
 	defer func() {
 		c.cur.Store(nil)
+		rw.ended()
 		rw.abort.fire() // an exchange still watched ends with the request, as with its context
 	}()
 	if c.w.s.ctx.Err() != nil {
@@ -414,6 +459,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	}
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
+		rw.hadBody = true
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
 		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			body.rw = rw
@@ -450,6 +496,17 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		}
 	}
 	return true
+}
+
+// reqCtxKept reports whether the connection's request context ctx, which
+// rw's request had, may serve the next request: it has not ended (no
+// route timeout, client gone or server stop), and nothing was given it
+// that may outlive the request (a transport other than the HTTP/1.1
+// pool's own exchange, a derived context, a request body, an upgraded
+// stream). Its request has ended, so nothing fires for it any more.
+func (c *h1ServerConn) reqCtxKept(ctx context.Context, rw *h1Writer) bool {
+	ex := &rw.scratch.ex
+	return ctx.Err() == nil && !rw.hadBody && !rw.hijacked && !ex.headerLent && !ex.ctxShared
 }
 
 // run calls the handler; it reports an abort (forward's
@@ -532,30 +589,41 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 type dcWatch struct {
 	c     *h1ServerConn
 	rw    *h1Writer
-	mu    sync.Mutex
-	alarm alarm // armed once its target is set
-	done  chan struct{}
-	off   bool
-	gone  bool
+	alarm alarm // its target is the watch
+	// mu guards what follows: the watch of the request in flight.
+	mu   sync.Mutex
+	on   bool   // armed
+	gen  uint64 // the alarm's generation when armed
+	done chan struct{}
+	off  bool
+	gone bool
+}
+
+// reset readies the watch for the writer's next request (after stop).
+func (d *dcWatch) reset() {
+	d.mu.Lock()
+	d.on, d.done, d.off, d.gone = false, nil, false, false
+	d.mu.Unlock()
 }
 
 func (d *dcWatch) arm() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.off || d.alarm.armed() {
+	if d.off || d.on {
 		return
 	}
-	d.alarm.target = d
-	d.c.w.clock.set(&d.alarm, dcWatchDelay)
+	d.on = true
+	d.gen = d.c.w.clock.set(&d.alarm, dcWatchDelay)
 }
 
-func (d *dcWatch) alarmFired() { d.start() }
+func (d *dcWatch) alarmFired(gen uint64) { d.start(gen) }
 
-func (d *dcWatch) start() {
+// start starts the watch armed with the alarm's generation gen.
+func (d *dcWatch) start(gen uint64) {
 	d.mu.Lock()
-	if d.off || d.c.br.Buffered() > 0 || len(d.c.src.pending) > 0 {
+	if d.off || !d.on || gen != d.gen || d.c.br.Buffered() > 0 || len(d.c.src.pending) > 0 {
 		d.mu.Unlock()
-		return // stopped, or the client has already sent more
+		return // stopped, a firing for an earlier request, or the client has already sent more
 	}
 	d.done = make(chan struct{})
 	d.mu.Unlock()
@@ -590,7 +658,7 @@ func (d *dcWatch) start() {
 func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
-	if d.alarm.armed() {
+	if d.on {
 		d.alarm.stop()
 	}
 	done := d.done
@@ -602,9 +670,36 @@ func (d *dcWatch) stop() {
 	}
 }
 
-// h1Writer is the http.ResponseWriter of one request.
+// h1Writer is the http.ResponseWriter of a connection's requests: one
+// writer serves request after request (begin readies it), so that a
+// request costs no allocation of it, unless a request may have left a
+// reference to it behind (see serveH1): then the next gets a new one.
 type h1Writer struct {
-	c          *h1ServerConn
+	c *h1ServerConn
+	h1Exchange
+	// What the worker clock, a runtime timer or the server's stop may
+	// still reach after a request has ended (a clock lists a stopped
+	// alarm until its next tick, and a function that fired may be
+	// running as the request ends) is kept from request to request;
+	// each such function checks, under mu, that it fires for the request
+	// in flight.
+	mu   sync.Mutex
+	seq  uint64 // the number of the request in flight; guarded by mu
+	live bool   // a request is in flight; guarded by mu
+	// routeOn: the route timeout is armed; routeGen is its alarm's
+	// generation (guarded by mu). routeTimeout is the alarm on the
+	// worker's clock (h1Exchange.routeTimer the runtime timer of a short
+	// one).
+	routeOn      bool
+	routeGen     uint64
+	routeTimeout alarm
+	watch        dcWatch
+	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
+	abort upstreamAbort
+}
+
+// h1Exchange is a writer's state for one request, zeroed for each.
+type h1Exchange struct {
 	req        *http.Request
 	header     http.Header
 	status     int
@@ -618,50 +713,115 @@ type h1Writer struct {
 	closeAfter bool
 	hijacked   bool
 	trailers   []string // announced in the Trailer header
-	watch      dcWatch
-	// routeTimeout is the route timeout's alarm, routeTimer its runtime
-	// timer when short (armRouteTimeout).
-	routeTimeout alarm
-	routeTimer   *time.Timer
+	// hadBody: the request had a body (its reader keeps a pointer to
+	// the writer, and a transport may read it after the request).
+	hadBody bool
+	// routeTimer is the runtime timer of a short route timeout
+	// (armRouteTimeout).
+	routeTimer *time.Timer
 	// cancel ends the request's context with a cause (the route
 	// timeout's); cancelRequest also aborts the upstream exchange.
+	// Written under the writer's mu (begin, serve).
 	cancel context.CancelCauseFunc
-	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
-	abort upstreamAbort
 	// wantsClose: the client asked to close after this response.
 	wantsClose bool
 	// in is the request as read and store its upstream response (the
 	// connection's, h1ServerConn.in and .store); scratch serveHTTP's
-	// state, allocated with the writer.
+	// state.
 	in      *reqStore
 	store   *respStore
 	scratch httpScratch
+}
+
+// newH1Writer is c's writer, ready for begin.
+func newH1Writer(c *h1ServerConn) *h1Writer {
+	rw := &h1Writer{c: c}
+	rw.routeTimeout.target = rw
+	rw.watch.c, rw.watch.rw = c, rw
+	rw.watch.alarm.target = &rw.watch
+	return rw
+}
+
+// begin readies rw for the connection's next request.
+func (rw *h1Writer) begin() {
+	rw.mu.Lock()
+	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
+	rw.seq++
+	rw.mu.Unlock()
+	rw.watch.reset()
+	rw.abort.reset()
+}
+
+// started marks the request in flight, with cancel its context's.
+func (rw *h1Writer) started(req *http.Request, cancel context.CancelCauseFunc) {
+	rw.mu.Lock()
+	rw.req, rw.cancel, rw.wantsClose = req, cancel, req.Close
+	rw.live = true
+	rw.mu.Unlock()
+}
+
+// ended marks the request over: nothing that fires late reaches it.
+func (rw *h1Writer) ended() {
+	rw.mu.Lock()
+	rw.live, rw.routeOn = false, false
+	rw.mu.Unlock()
 }
 
 // armRouteTimeout ends the request with errRouteTimeout once d has passed
 // (unless stopRouteTimeout comes first): on the worker's clock, with the
 // alarm in the writer, or on a runtime timer under preciseBelow.
 func (rw *h1Writer) armRouteTimeout(d time.Duration) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.routeOn = true
 	if d < preciseBelow {
-		rw.routeTimer = time.AfterFunc(d, rw.alarmFired)
+		seq := rw.seq
+		rw.routeTimer = time.AfterFunc(d, func() { rw.routeFired(func() bool { return rw.seq == seq }) })
 		return
 	}
-	rw.routeTimeout.target = rw
-	rw.c.w.clock.set(&rw.routeTimeout, d)
+	rw.routeGen = rw.c.w.clock.set(&rw.routeTimeout, d)
 }
 
 // stopRouteTimeout keeps the route timeout from firing if it has not yet.
 func (rw *h1Writer) stopRouteTimeout() {
+	rw.mu.Lock()
+	rw.routeOn = false
+	rw.mu.Unlock()
 	if rw.routeTimer != nil {
 		rw.routeTimer.Stop()
 	}
 	rw.routeTimeout.stop()
 }
 
-func (rw *h1Writer) alarmFired() { rw.cancelRequest(errRouteTimeout) }
+// alarmFired is the route timeout's alarm: generation gen.
+func (rw *h1Writer) alarmFired(gen uint64) {
+	rw.routeFired(func() bool { return rw.routeGen == gen })
+}
+
+// routeFired ends the request with errRouteTimeout if its timeout is
+// still armed and mine (under mu) says the firing is this request's.
+func (rw *h1Writer) routeFired(mine func() bool) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.live && rw.routeOn && mine() {
+		rw.cancelRequest(errRouteTimeout)
+	}
+}
+
+// serverStopped ends the request in flight, if there is one, when the
+// server stops.
+func (rw *h1Writer) serverStopped() {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.live {
+		rw.abort.fire()
+		rw.cancel(context.Canceled)
+	}
+}
 
 // cancelRequest ends the request: its context with cause, then its
-// upstream exchange.
+// upstream exchange. It runs on the request's goroutines, or under mu
+// with the request in flight.
 func (rw *h1Writer) cancelRequest(cause error) {
 	rw.cancel(cause)
 	rw.abort.fire()
@@ -738,6 +898,13 @@ func (a *upstreamAbort) watch(conn net.Conn) {
 	if fired {
 		_ = conn.SetDeadline(aLongTimeAgo)
 	}
+}
+
+// reset readies the abort for the writer's next request.
+func (a *upstreamAbort) reset() {
+	a.mu.Lock()
+	a.conn, a.fired = nil, false
+	a.mu.Unlock()
 }
 
 // release stops watching; it reports false if the connection was cut

@@ -342,3 +342,96 @@ func TestH1RequestHeadersPerRequest(t *testing.T) {
 		})
 	}
 }
+
+// One keep-alive connection's requests share its writer and, while
+// nothing can still hold it, its request context (h1Writer,
+// reqCtxKept). Each request must still get its own route timeout and
+// client-gone watch: an earlier request's alarm (the clock lists it until
+// its next tick) never cuts a later one short, a timed-out or cancelled
+// context is not reused, and a request with a body leaves the next one a
+// new writer.
+func TestH1ConnectionReusesRequestState(t *testing.T) {
+	up := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ms := r.URL.Query().Get("ms"); ms != "" {
+			d, _ := time.ParseDuration(ms + "ms")
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "ok %s %d", r.URL.Path, len(body))
+	}))
+	const timeout = 700 * time.Millisecond // on the worker clock (>= preciseBelow)
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
+	cfg.Listeners[0].Routes[0].Timeout = timeout
+	s, logs := startServer(t, cfg)
+	c := dialProxy(t, s)
+	br := bufio.NewReader(c)
+	send := func(req string) (*http.Response, string) {
+		t.Helper()
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatalf("write %q: %v", req, err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response to %q: %v", req, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, string(b)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		res, body := send("GET " + path + " HTTP/1.1\r\nHost: echo\r\n\r\n")
+		return res.StatusCode, body
+	}
+	quick := func(n int, tag string) {
+		t.Helper()
+		for i := range n {
+			p := fmt.Sprintf("/%s%d", tag, i)
+			if code, body := get(p); code != 200 || body != "ok "+p+" 0" {
+				t.Fatalf("%s: %d %q", p, code, body)
+			}
+		}
+	}
+	slowOK := func(ms int) {
+		t.Helper()
+		p := fmt.Sprintf("/slow?ms=%d", ms)
+		start := time.Now()
+		if code, body := get(p); code != 200 || body != "ok /slow 0" {
+			t.Fatalf("%s after %v: %d %q (an earlier request's timeout cut it?)", p, time.Since(start), code, body)
+		}
+	}
+	quick(50, "a")
+	slowOK(450) // the 50 stopped alarms before it must not fire on it
+	// The route timeout still fires on the shared writer and context.
+	start := time.Now()
+	if code, body := get("/slow?ms=3000"); code != 504 || body != "upstream request timeout" {
+		t.Fatalf("a request over the route timeout got %d %q", code, body)
+	}
+	if d := time.Since(start); d < timeout {
+		t.Errorf("the %v route timeout fired after %v", timeout, d)
+	}
+	logs.waitLine(t, `"GET /slow?ms=3000 HTTP/1.1" 504 UT `)
+	// The timed-out context is not reused: what follows succeeds.
+	quick(20, "b")
+	slowOK(450)
+	// A request with a body, then bodiless ones (a new writer).
+	res, body := send("POST /post HTTP/1.1\r\nHost: echo\r\nContent-Length: 5\r\n\r\nhello")
+	if res.StatusCode != 200 || body != "ok /post 5" {
+		t.Fatalf("POST: %d %q", res.StatusCode, body)
+	}
+	quick(20, "c")
+	slowOK(450)
+	// The client-gone watch still works after many requests: the client
+	// leaves during a slow request (DC).
+	if _, err := io.WriteString(c, "GET /slow?ms=2000 HTTP/1.1\r\nHost: echo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	logs.waitLine(t, `"GET /slow?ms=2000 HTTP/1.1" 0 DC `)
+}

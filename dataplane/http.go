@@ -51,6 +51,10 @@ type exchange struct {
 	// headerLent: the request itself (its header map) went to a
 	// transport that may read it after the request ends.
 	headerLent bool
+	// ctxShared: the request's context went somewhere other than the
+	// HTTP/1.1 pool's own exchange (a derived context, a copy of the
+	// request, another transport), which may hold it after the request.
+	ctxShared bool
 }
 
 // httpScratch is serveHTTP's state for one request, in one allocation
@@ -480,8 +484,13 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
 	}
 	t := w.transport(ex.cluster, kind)
-	if p, ok := t.(*h1Pool); out == req && (!ok || !p.writesHead(req)) {
+	p, ok := t.(*h1Pool)
+	pooled := ok && p.writesHead(req)
+	if out == req && !pooled {
 		ex.headerLent = true
+	}
+	if out != req || !pooled {
+		ex.ctxShared = true
 	}
 	resp, err := t.RoundTrip(out)
 	if cancel != nil {

@@ -262,7 +262,9 @@ func TestAccessLogBatches(t *testing.T) {
 	for range n {
 		slow.write(0, &e, logExtra{})
 	}
-	waitFor(t, "a full buffer written before the interval", func() bool { return slow.written.Load() == uint64(n) })
+	// (Lines carry meshlet's fields after Envoy's: the buffer passes the
+	// mark before the n-th line, and the writer may take it then.)
+	waitFor(t, "a full buffer written before the interval", func() bool { return slow.written.Load() > 0 })
 	slow.write(0, &e, logExtra{})
 	slow.close() // writes the rest
 	if got := slow.written.Load(); got != uint64(n)+1 {
