@@ -96,12 +96,15 @@ type h1ServerConn struct {
 	// read (raw socket I/O), nil without (see h1Out).
 	out h1Out
 	q   readQueuer
-	// waitMu guards waiting, kicked and pipelined. waiting: the response
-	// is queued for the next read, which waits without trying first
-	// (waitForRequest); its check (idleCheck) may cut the wait short
+	// waitMu guards waiting, waitGen, kicked and pipelined. waiting: the
+	// response is queued for the next read, which waits without trying
+	// first (waitForRequest); its check (check, on the worker's clock,
+	// the generation waitGen of its alarm) may cut the wait short
 	// (kicked).
 	waitMu  sync.Mutex
-	waiting *idleCheck
+	check   idleCheck
+	waiting bool
+	waitGen uint64
 	kicked  bool
 	// pipelined: a check found bytes the wait had not been told about
 	// (a client that sends before its response): no more waits.
@@ -140,13 +143,14 @@ func (o *h1Out) Write(p []byte) (int, error) {
 // stream) raised no edge the wait could see.
 const idleCheckDelay = clockTick
 
-// idleCheck is one wait's check, run on the worker's clock.
+// idleCheck is a connection's check of its waits, run on the worker's
+// clock; the alarm's generation tells the waits apart.
 type idleCheck struct {
 	alarm alarm
 	c     *h1ServerConn
 }
 
-func (ic *idleCheck) alarmFired(uint64) { ic.c.checkWait(ic) }
+func (ic *idleCheck) alarmFired(gen uint64) { ic.c.checkWait(gen) }
 
 // waitForRequest arms the next request's read to wait without trying a
 // read first, after it has sent the queued response: only where the
@@ -154,9 +158,7 @@ func (ic *idleCheck) alarmFired(uint64) { ic.c.checkWait(ic) }
 // short (it had nothing more then), so that only what a client sends
 // before it has its response could be missed, and ic's check finds that.
 // Otherwise what is queued goes out now. It returns the armed wait's
-// check, or nil. (The check is its own small allocation: in the request's
-// writer it would keep the whole writer alive while the connection is
-// idle.)
+// check (the connection's), or nil.
 func (c *h1ServerConn) waitForRequest() *idleCheck {
 	q := c.q
 	if q == nil || !q.queued() {
@@ -168,12 +170,11 @@ func (c *h1ServerConn) waitForRequest() *idleCheck {
 		return nil
 	}
 	q.waitAfterQueued()
-	ic := &idleCheck{c: c}
+	ic := &c.check
 	c.waitMu.Lock()
-	c.waiting = ic
+	c.waiting = true
+	c.waitGen = c.w.clock.set(&ic.alarm, idleCheckDelay)
 	c.waitMu.Unlock()
-	ic.alarm.target = ic
-	c.w.clock.set(&ic.alarm, idleCheckDelay)
 	return ic
 }
 
@@ -184,7 +185,7 @@ func (c *h1ServerConn) waitForRequest() *idleCheck {
 func (c *h1ServerConn) endWait(ic *idleCheck) (kicked bool) {
 	ic.alarm.stop()
 	c.waitMu.Lock()
-	c.waiting = nil
+	c.waiting = false
 	kicked, c.kicked = c.kicked, false
 	if kicked {
 		_ = c.sc.SetReadDeadline(c.readDL)
@@ -193,15 +194,16 @@ func (c *h1ServerConn) endWait(ic *idleCheck) (kicked bool) {
 	return kicked
 }
 
-// checkWait runs on the clock: if the wait ic is still on, it peeks at the
+// checkWait runs on the clock: if the wait whose check's alarm had
+// generation gen is still on, it peeks at the
 // socket (MSG_PEEK, not blocking, without the read lock the wait holds).
 // Nothing there: whatever comes later raises an edge the wait sees. Bytes,
 // an end of stream or an error: they came before the wait began; a read
 // deadline in the past wakes the wait to read them.
-func (c *h1ServerConn) checkWait(ic *idleCheck) {
+func (c *h1ServerConn) checkWait(gen uint64) {
 	c.waitMu.Lock()
 	defer c.waitMu.Unlock()
-	if c.waiting != ic {
+	if !c.waiting || gen != c.waitGen {
 		return
 	}
 	rc, err := c.sc.TCPConn.SyscallConn()
@@ -287,6 +289,8 @@ func (s *h1Source) Read(p []byte) (int, error) {
 // serveH1 serves a detected plaintext HTTP/1.x connection until it closes.
 func (w *worker) serveH1(sc *sniffedConn) {
 	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
+	c.check.c = c
+	c.check.alarm.target = &c.check
 	c.in = &reqStore{hdr: &c.reqHdr}
 	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
