@@ -545,7 +545,7 @@ through it to the 1-endpoint "upstream" cluster, VmRSS read 1 s later; then
 20,000 requests at c=16, a scrape of /stats/prometheus and a GET of /clusters,
 VmRSS read at once ("right after load") and 3 s later ("idle": the
 sidecar's quiet-after-busy release, `-release-memory-when-idle`, runs in
-the first second that allocates under 256 KiB after 16 MiB were allocated):
+the first second that allocates under 32 KiB after 2 MiB were allocated):
 
 | config | VmRSS MiB | of which private (RssAnon) | of which the mapped binary (RssFile) | right after load: VmRSS (RssAnon + RssFile) | idle 3 s after load: VmRSS (RssAnon + RssFile) |
 |---|---:|---:|---:|---:|---:|

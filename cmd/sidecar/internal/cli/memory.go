@@ -98,14 +98,15 @@ const (
 	// idleCheckEvery is how often the allocation counter is read.
 	idleCheckEvery = time.Second
 	// idleAllocBytes: an interval that allocated less is quiet (an idle
-	// sidecar's health checks and xDS keep-alives stay under it, a
-	// scrape's second may not; a proxied HTTP/1 request allocates about
-	// 1.4 KB, so 200 requests a second are not quiet).
-	idleAllocBytes = 256 << 10
+	// sidecar allocates about 5 KB a second; a second with a Prometheus
+	// scrape, about 140 KB, is not quiet, the next is; a proxied HTTP/1
+	// request allocates about 210 bytes, so 160 requests a second are
+	// not quiet).
+	idleAllocBytes = 32 << 10
 	// busyAllocBytes: what must have been allocated since the last
 	// release for a quiet interval to be worth a release (a forced
-	// garbage collection): about 12,000 requests.
-	busyAllocBytes = 16 << 20
+	// garbage collection): about 10,000 requests.
+	busyAllocBytes = 2 << 20
 	// minReleaseGap keeps bursty traffic from releasing more often.
 	minReleaseGap = 10 * time.Second
 )

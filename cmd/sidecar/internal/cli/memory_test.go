@@ -21,7 +21,7 @@ func TestIdleDetector(t *testing.T) {
 	}
 	// Quiet from the start: health checks and scrapes only.
 	for s := 1; s <= 20; s++ {
-		if step(s, 100<<10) {
+		if step(s, 20<<10) {
 			t.Fatalf("second %d: released a sidecar that was never busy", s)
 		}
 	}
@@ -49,18 +49,18 @@ func TestIdleDetector(t *testing.T) {
 	}
 	// A slow trickle adds up to a release only after busyAllocBytes.
 	var n int
-	for s := 60; s < 60+busyAllocBytes/(128<<10)+1; s++ {
-		if step(s, 128<<10) {
+	for s := 60; s < 60+busyAllocBytes/(24<<10)+1; s++ {
+		if step(s, 24<<10) {
 			n++
 		}
 	}
 	if n != 1 {
-		t.Fatalf("a trickle of %d bytes released %d times, want 1", busyAllocBytes+128<<10, n)
+		t.Fatalf("a trickle of %d bytes released %d times, want 1", busyAllocBytes+24<<10, n)
 	}
-	// Steady traffic of 300 requests a second (about 1.4 KB each) is
+	// Steady traffic of 300 requests a second (about 210 bytes each) is
 	// never quiet, however long it lasts.
 	for s := 300; s < 400; s++ {
-		if step(s, 300*1400) {
+		if step(s, 300*210) {
 			t.Fatalf("second %d: released during a steady 300 req/s", s)
 		}
 	}

@@ -75,7 +75,7 @@ func run(args []string, out io.Writer) error {
 	releaseBinary := fs.Bool("release-binary-pages", defaultRelease,
 		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages (start-up and config loading touch most of it; the request path maps back what it uses) (default: MESHLET_RELEASE_BINARY_PAGES, else true)")
 	releaseIdle := fs.Bool("release-memory-when-idle", defaultIdle,
-		"when the sidecar goes quiet (under 256 KiB allocated in a second) after a busy spell (16 MiB since the last release, at most one release per 10 s), return the heap's free memory and the binary's pages at once, as after configuration changes (default: MESHLET_RELEASE_MEMORY_WHEN_IDLE, else true)")
+		"when the sidecar goes quiet (under 32 KiB allocated in a second) after a busy spell (2 MiB since the last release, at most one release per 10 s), return the heap's free memory and the binary's pages at once, as after configuration changes (default: MESHLET_RELEASE_MEMORY_WHEN_IDLE, else true)")
 	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("run: %w\n%s", err, usage)
