@@ -408,10 +408,12 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.reqHdr = headScratch{}
 			c.in = &reqStore{hdr: &c.reqHdr}
 		}
-		if rw.scratch.ex.headerLent || rw.hadBody || rw.hijacked {
+		if ex := &rw.scratch.ex; ex.headerLent || ex.ctxShared || rw.hadBody || rw.hijacked {
 			// The request, its body reader or an upgraded stream may
-			// still hold the writer (its generated x-request-id too):
-			// the next request gets a new one.
+			// still hold the writer, and another transport the
+			// generated x-request-id, which shares the writer's
+			// memory (an HTTP/2 connection's HPACK table keeps the
+			// strings it encoded): the next request gets a new one.
 			c.rw = nil
 		}
 		if !keep {
