@@ -372,10 +372,9 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if c.rw == nil {
 			c.rw = newH1Writer(c)
 		}
-		if c.reqCtx == nil || c.in.blank == nil {
-			if c.reqCancel != nil {
-				c.reqCancel(context.Canceled)
-			}
+		if c.reqCtx == nil {
+			// (A new store, after a lent header map, comes with a
+			// new context: the lent request's was not kept.)
 			c.reqCtx, c.reqCancel = context.WithCancelCause(base)
 			c.in.blank = (&http.Request{}).WithContext(c.reqCtx)
 		}
@@ -408,12 +407,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.reqHdr = headScratch{}
 			c.in = &reqStore{hdr: &c.reqHdr}
 		}
-		if ex := &rw.scratch.ex; ex.headerLent || ex.ctxShared || rw.hadBody || rw.hijacked {
-			// The request, its body reader or an upgraded stream may
-			// still hold the writer, and another transport the
-			// generated x-request-id, which shares the writer's
-			// memory (an HTTP/2 connection's HPACK table keeps the
-			// strings it encoded): the next request gets a new one.
+		if rw.mayBeHeld() {
 			c.rw = nil
 		}
 		if !keep {
@@ -511,8 +505,19 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 // pool's own exchange, a derived context, a request body, an upgraded
 // stream). Its request has ended, so nothing fires for it any more.
 func (c *h1ServerConn) reqCtxKept(ctx context.Context, rw *h1Writer) bool {
-	ex := &rw.scratch.ex
-	return ctx.Err() == nil && !rw.hadBody && !rw.hijacked && !ex.headerLent && !ex.ctxShared
+	return ctx.Err() == nil && !rw.mayBeHeld()
+}
+
+// mayBeHeld reports whether something may still hold what rw's request
+// had once it ended, so that the next request needs a new writer (and
+// context): its body reader (which points at the writer), an upgraded
+// stream, or a transport other than the HTTP/1.1 pool's own exchange
+// (exchange.ctxShared, which a lent header map implies). Such a
+// transport may also keep the generated x-request-id, which shares the
+// writer's memory: an HTTP/2 connection's HPACK table keeps the strings
+// it encoded.
+func (rw *h1Writer) mayBeHeld() bool {
+	return rw.hadBody || rw.hijacked || rw.scratch.ex.ctxShared
 }
 
 // run calls the handler; it reports an abort (forward's
