@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares meshlet's HTTP/1.1 data plane with haproxy and nginx on loopback:
-# max throughput, latency at a fixed 1000 req/s, proxy CPU time per request,
+# max throughput, latency at a fixed 1000 req/s, proxy CPU time per request (and its user part),
 # and meshlet's RSS with a 1,000-endpoint cluster. Rewrites the proxy section
 # of bench/RESULTS.md and bench/proxy.png.
 #
@@ -85,17 +85,18 @@ ports_free 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR $PORT_RSS 1
 
 # ---------------------------------------------------------------- helpers
 
-# cpu_ticks PID...: utime+stime (clock ticks) summed over the processes.
+# cpu_ticks PID...: "utime stime" (clock ticks) summed over the processes.
 cpu_ticks() {
-  local p s t=0 rest
+  local p s u=0 k=0 rest
   for p in "$@"; do
     s=$(cat "/proc/$p/stat") || die "process $p is gone"
     rest=${s##*) } # fields after "pid (comm) "; comm may hold spaces
     read -r -a f <<<"$rest"
     # f[0] is field 3 (state): utime is field 14, stime field 15.
-    t=$((t + f[11] + f[12]))
+    u=$((u + f[11]))
+    k=$((k + f[12]))
   done
-  echo "$t"
+  echo "$u $k"
 }
 
 # proc_group PID: the process and its children (nginx master + workers).
@@ -106,19 +107,22 @@ proc_group() {
 
 # run_fortio NAME KIND URL PID...: one fortio run (KIND max or fixed) with the
 # proxy processes' CPU ticks measured around it; writes $tmp/NAME-KIND.json
-# and $tmp/NAME-KIND.ticks.
+# and $tmp/NAME-KIND.ticks (user and system ticks).
 run_fortio() {
   local name=$1 kind=$2 url=$3
   shift 3
   local args=(-c 16 -qps 0)
   [ "$kind" = fixed ] && args=(-c 8 -qps 1000 -uniform)
-  local before=0 after=0
+  local before="0 0" after="0 0"
   [ $# -gt 0 ] && before=$(cpu_ticks "$@")
   "$fortio" load -quiet "${args[@]}" -t "$DURATION" -r 0.00001 -p 50,90,99 \
     -json "$tmp/$name-$kind.json" "$url" >"$tmp/$name-$kind.log" 2>&1 ||
     { tail -5 "$tmp/$name-$kind.log" >&2; die "fortio $name $kind failed"; }
   [ $# -gt 0 ] && after=$(cpu_ticks "$@")
-  echo $((after - before)) >"$tmp/$name-$kind.ticks"
+  local u0 k0 u1 k1
+  read -r u0 k0 <<<"$before"
+  read -r u1 k1 <<<"$after"
+  echo "$((u1 - u0)) $((k1 - k0))" >"$tmp/$name-$kind.ticks"
   log "$name $kind: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f qps, codes %s" % (d["ActualQPS"], d["RetCodes"]))' "$tmp/$name-$kind.json")"
 }
 
@@ -368,17 +372,19 @@ for name in ["direct", "meshlet", "haproxy", "nginx", "floor"]:
             h = d["DurationHistogram"]
             pct = {p["Percentile"]: p["Value"] for p in h["Percentiles"]}
             n = h["Count"]
-            ticks = int(open(os.path.join(tmp, f"{name}@{i}-{kind}.ticks")).read())
+            uticks, sticks = map(int, open(os.path.join(tmp, f"{name}@{i}-{kind}.ticks")).read().split())
+            ticks = uticks + sticks
             codes = d.get("RetCodes", {})
             runs.append(dict(qps=d["ActualQPS"], p50=pct[50] * 1e3, p90=pct[90] * 1e3, p99=pct[99] * 1e3,
                              cpu=(ticks / tck * 1e6 / n) if name != "direct" and n else None,
+                             ucpu=(uticks / tck * 1e6 / n) if name != "direct" and n else None,
                              bad=sum(v for k, v in codes.items() if str(k) != "200"), codes=codes))
         med = lambda key: statistics.median(x[key] for x in runs) if runs[0][key] is not None else None
         codes = {}
         for x in runs:
             for k, v in x["codes"].items():
                 codes[k] = codes.get(k, 0) + v
-        r[kind] = dict(qps=med("qps"), p50=med("p50"), p90=med("p90"), p99=med("p99"), cpu=med("cpu"),
+        r[kind] = dict(qps=med("qps"), p50=med("p50"), p90=med("p90"), p99=med("p99"), cpu=med("cpu"), ucpu=med("ucpu"),
                        cpus=[x["cpu"] for x in runs], bad=sum(x["bad"] for x in runs), codes=codes)
     rows.append(r)
 json.dump(rows, open(os.path.join(tmp, "rows.json"), "w"))
@@ -464,6 +470,9 @@ table = "\n".join(lines)
 cpu_rounds = "CPU µs per request in each round (max throughput / 1000 rps): " + "; ".join(
     f"{n} " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(rows[n]["max"]["cpus"], rows[n]["fixed"]["cpus"]))
     for n in ["meshlet", "haproxy", "nginx", "floor"]) + "."
+user_line = ("Of which user time (the rest is the kernel's: system calls, loopback TCP, wake-ups), "
+             "medians, max throughput / 1000 rps: " + "; ".join(
+    f"{n} {rows[n]['max']['ucpu']:.1f}/{rows[n]['fixed']['ucpu']:.1f}" for n in ["meshlet", "haproxy", "nginx", "floor"]) + ".")
 
 me, ha, ng, fl = rows["meshlet"], rows["haproxy"], rows["nginx"], rows["floor"]
 
@@ -535,6 +544,8 @@ differences below ~25 % in QPS (and ~15 % in CPU per request) are noise.
 {table}
 
 {cpu_rounds}
+
+{user_line}
 
 {codes_line}
 
