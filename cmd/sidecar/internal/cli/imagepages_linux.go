@@ -36,28 +36,9 @@ const (
 // lost: nothing makes the two one step. Under mlockall madvise fails with
 // EINVAL (the caller then stops trying).
 func releaseImagePages() (int64, error) {
-	exe, err := os.Readlink("/proc/self/exe")
+	ranges, err := imageRanges()
 	if err != nil {
 		return 0, fmt.Errorf("release image pages: %w", err)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
-		return 0, fmt.Errorf("release image pages: stat /proc/self/exe: %w", err)
-	}
-	maps, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return 0, fmt.Errorf("release image pages: %w", err)
-	}
-	defer maps.Close()
-	var ranges [][2]uintptr
-	sc := bufio.NewScanner(maps)
-	for sc.Scan() {
-		if r, ok := imageMapping(sc.Text(), exe, &st); ok {
-			ranges = append(ranges, r)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("release image pages: read /proc/self/maps: %w", err)
 	}
 	pm, err := os.Open("/proc/self/pagemap")
 	if err != nil {
@@ -73,6 +54,35 @@ func releaseImagePages() (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// imageRanges lists the address ranges of this process's private read-only
+// mappings of its own executable (imageMapping).
+func imageRanges() ([][2]uintptr, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
+		return nil, fmt.Errorf("stat /proc/self/exe: %w", err)
+	}
+	maps, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return nil, err
+	}
+	defer maps.Close()
+	var ranges [][2]uintptr
+	sc := bufio.NewScanner(maps)
+	for sc.Scan() {
+		if r, ok := imageMapping(sc.Text(), exe, &st); ok {
+			ranges = append(ranges, r)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read /proc/self/maps: %w", err)
+	}
+	return ranges, nil
 }
 
 // imageMapping parses a line of /proc/self/maps,
