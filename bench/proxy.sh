@@ -338,6 +338,7 @@ rss_run meshlet-rss1 "$tmp/rss1.yaml"
 for i in 1 2 3; do rss_run "meshlet-rss1000@$i" "$tmp/rss.yaml"; done
 rss_run meshlet-rss1000-keep "$tmp/rss.yaml" MESHLET_RELEASE_BINARY_PAGES=false MESHLET_RELEASE_MEMORY_WHEN_IDLE=false \
   MESHLET_SINGLE_PAGE_BINARY_FAULTS=false
+rss_run meshlet-rss1000-faultaround "$tmp/rss.yaml" MESHLET_SINGLE_PAGE_BINARY_FAULTS=false
 # The median of the three runs by VmRSS; /proc/PID/status order: VmHWM,
 # VmRSS, RssAnon, RssFile.
 median_run=$(for i in 1 2 3; do echo "$(cut -d' ' -f2 "$tmp/meshlet-rss1000@$i.rss") $i"; done | sort -n | sed -n 2p | cut -d' ' -f2)
@@ -349,6 +350,9 @@ read -r _ rss1_kib anon1_kib file1_kib <"$tmp/meshlet-rss1.rss"
 read -r _ krss_kib kanon_kib kfile_kib <"$tmp/meshlet-rss1000-keep.rss"
 read -r _ klrss_kib klanon_kib klfile_kib <"$tmp/meshlet-rss1000-keep.loaded"
 read -r _ kirss_kib kianon_kib kifile_kib <"$tmp/meshlet-rss1000-keep.idle"
+read -r _ frss_kib fanon_kib ffile_kib <"$tmp/meshlet-rss1000-faultaround.rss"
+read -r _ flrss_kib flanon_kib flfile_kib <"$tmp/meshlet-rss1000-faultaround.loaded"
+read -r _ firss_kib fianon_kib fifile_kib <"$tmp/meshlet-rss1000-faultaround.idle"
 loaded=$(grep -c '^big::[0-9.:]*::zone::' "$tmp/meshlet-rss1000@$median_run.clusters" || true)
 # The sidecar says at start, at info level, when it cannot map its binary a
 # page at a time.
@@ -444,7 +448,9 @@ export RUN_DATE=$run_date CPU_MODEL=$cpu_model NPROC=$(nproc) LOAD_START=$load_s
   IRSS_KIB=$irss_kib IANON_KIB=$ianon_kib IFILE_KIB=$ifile_kib \
   KIRSS_KIB=$kirss_kib KIANON_KIB=$kianon_kib KIFILE_KIB=$kifile_kib \
   KRSS_KIB=$krss_kib KANON_KIB=$kanon_kib KFILE_KIB=$kfile_kib \
-  KLRSS_KIB=$klrss_kib KLANON_KIB=$klanon_kib KLFILE_KIB=$klfile_kib SINGLE_PAGE="$single_page"
+  KLRSS_KIB=$klrss_kib KLANON_KIB=$klanon_kib KLFILE_KIB=$klfile_kib SINGLE_PAGE="$single_page" \
+  FRSS_KIB=$frss_kib FANON_KIB=$fanon_kib FFILE_KIB=$ffile_kib FLRSS_KIB=$flrss_kib FLANON_KIB=$flanon_kib \
+  FLFILE_KIB=$flfile_kib FIRSS_KIB=$firss_kib FIANON_KIB=$fianon_kib FIFILE_KIB=$fifile_kib
 python3 - "$tmp" "$out_md" <<'PY'
 import json, os, re, sys
 tmp, path = sys.argv[1], sys.argv[2]
@@ -455,7 +461,8 @@ rss1_kib = int(E["RSS1_KIB"])
 anon_kib, file_kib, anon1_kib, file1_kib = (int(E[k]) for k in ("ANON_KIB", "FILE_KIB", "ANON1_KIB", "FILE1_KIB"))
 K = {k: int(E[k]) / 1024 for k in ("LRSS_KIB", "LANON_KIB", "LFILE_KIB", "KRSS_KIB", "KANON_KIB", "KFILE_KIB",
                                     "KLRSS_KIB", "KLANON_KIB", "KLFILE_KIB", "IRSS_KIB", "IANON_KIB", "IFILE_KIB",
-                                    "KIRSS_KIB", "KIANON_KIB", "KIFILE_KIB")}
+                                    "KIRSS_KIB", "KIANON_KIB", "KIFILE_KIB", "FRSS_KIB", "FANON_KIB", "FFILE_KIB",
+                                    "FLRSS_KIB", "FLANON_KIB", "FLFILE_KIB", "FIRSS_KIB", "FIANON_KIB", "FIFILE_KIB")}
 rss_all = ", ".join("%.1f" % (int(x) / 1024) for x in E["RSS1000_ALL"].split())
 
 
@@ -569,11 +576,13 @@ the first second that allocates under 32 KiB after 2 MiB were allocated):
 |---|---:|---:|---:|---:|---:|
 | 1-endpoint cluster only | {rss1_kib / 1024:.1f} | {anon1_kib / 1024:.1f} | {file1_kib / 1024:.1f} | | |
 | plus a {int(E['N_ENDPOINTS']):,}-endpoint cluster (127.0.10-13.x:18080, zones a/b/c, no health checks, never dialled; routed to by a second listener); median of 3 runs ({rss_all}) | **{rss_mib:.1f}** (VmHWM {hwm_kib / 1024:.1f}) | {anon_kib / 1024:.1f} | {file_kib / 1024:.1f} | {K['LRSS_KIB']:.1f} ({K['LANON_KIB']:.1f} + {K['LFILE_KIB']:.1f}) | **{K['IRSS_KIB']:.1f}** ({K['IANON_KIB']:.1f} + {K['IFILE_KIB']:.1f}) |
+| the same, `MESHLET_SINGLE_PAGE_BINARY_FAULTS=false` (the releases on, the kernel maps 64 KiB around each fault of the binary) | {K['FRSS_KIB']:.1f} | {K['FANON_KIB']:.1f} | {K['FFILE_KIB']:.1f} | {K['FLRSS_KIB']:.1f} ({K['FLANON_KIB']:.1f} + {K['FLFILE_KIB']:.1f}) | {K['FIRSS_KIB']:.1f} ({K['FIANON_KIB']:.1f} + {K['FIFILE_KIB']:.1f}) |
 | the same, `MESHLET_RELEASE_BINARY_PAGES=false MESHLET_RELEASE_MEMORY_WHEN_IDLE=false MESHLET_SINGLE_PAGE_BINARY_FAULTS=false` (the kernel maps 64 KiB around each fault of the binary; its pages stay mapped; no release after load) | {K['KRSS_KIB']:.1f} | {K['KANON_KIB']:.1f} | {K['KFILE_KIB']:.1f} | {K['KLRSS_KIB']:.1f} ({K['KLANON_KIB']:.1f} + {K['KLFILE_KIB']:.1f}) | {K['KIRSS_KIB']:.1f} ({K['KIANON_KIB']:.1f} + {K['KIFILE_KIB']:.1f}) |
 
 The {int(E['N_ENDPOINTS']):,} endpoints add {(rss_kib - rss1_kib) / 1024:.1f} MiB. RssFile is the pages of the
 {os.path.getsize(os.path.join(tmp, "sidecar")) / (1 << 20):.0f} MiB executable the process has mapped; they are shared by every
-process running the binary and reclaimable. By default the kernel maps up to
+process running the binary and reclaimable, and charged to the memory cgroup
+as page cache whether a process maps them or not. By default the kernel maps up to
 16 pages around each page a process faults in, and a Go binary spreads what
 a request touches (code, type data, function tables) over the whole image:
 a single request then maps 4-5 MiB of it. `-single-page-binary-faults`

@@ -39,20 +39,28 @@ var faultAround struct {
 // the one page it needs. By default the kernel maps up to 64 KiB around a
 // faulting page of a file (fault-around) from the page cache; Go binaries
 // spread the code, types and function tables a request touches over the
-// whole image, so a few hundred touched pages become 5-7 MiB of RSS. The
+// whole image, so a few hundred touched pages become 4-7 MiB of RSS. The
 // kernel skips fault-around on a mapping registered with userfaultfd for
-// write-protection (mm/memory.c, should_fault_around); with the
-// asynchronous mode (UFFD_FEATURE_WP_ASYNC, Linux 6.7) such a
-// registration needs no thread to answer faults, and on read-only mappings
-// that are never write-protected it changes nothing else. The pages stay
-// in the page cache either way: this changes what the process maps, not
+// write-protection (mm/memory.c, should_fault_around). It accepts such a
+// registration of a regular file's mapping only in the asynchronous mode
+// (UFFD_FEATURE_WP_ASYNC, Linux 6.7, where the architecture has userfaultfd
+// write-protection, as x86-64 has). Nothing is ever
+// write-protected, so no fault ever reaches the userfaultfd and no thread
+// answers it. The pages stay in the page cache either way (and in the
+// memory cgroup's charge): this changes what the process maps, VmRSS, not
 // what the kernel caches. Returns the bytes of mappings registered. A
 // second call (a second run in one process) keeps the first registration.
 //
-// It needs userfaultfd (CONFIG_USERFAULTFD, and a seccomp profile that
-// allows it: Docker's and containerd's defaults allow it only with
-// CAP_SYS_PTRACE) and Linux 6.7; without them it returns an error and the
-// kernel goes on mapping around faults.
+// What else changes: each page costs its own minor fault once (after start
+// and after each release, about 16 times as many faults as with
+// fault-around); khugepaged does not collapse the registered text into huge
+// pages; the releases' MADV_DONTNEED takes the mmap lock rather than the
+// VMA's; no other userfaultfd user can register these ranges (EBUSY).
+//
+// It needs userfaultfd allowed: seccomp's RuntimeDefault profiles
+// (containerd's and Docker's) refuse it whatever the capabilities, as may
+// an LSM; then it returns an error and the kernel goes on mapping around
+// faults.
 func singlePageImageFaults() (int64, error) {
 	faultAround.mu.Lock()
 	defer faultAround.mu.Unlock()
@@ -62,6 +70,9 @@ func singlePageImageFaults() (int64, error) {
 	ranges, err := imageRanges()
 	if err != nil {
 		return 0, fmt.Errorf("single-page binary faults: %w", err)
+	}
+	if len(ranges) == 0 {
+		return 0, errors.New("single-page binary faults: no read-only mapping of the executable in /proc/self/maps")
 	}
 	f, err := noFaultAround(ranges)
 	if err != nil {
@@ -80,25 +91,26 @@ func singlePageImageFaults() (int64, error) {
 // fault-around off for them, and returns the userfaultfd: the
 // registrations last until it is closed.
 func noFaultAround(ranges [][2]uintptr) (*os.File, error) {
-	fd, _, e := syscall.Syscall(unix.SYS_USERFAULTFD, uffdUserModeOnly|unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
+	r0, _, e := syscall.Syscall(unix.SYS_USERFAULTFD, uffdUserModeOnly|unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
 	if e != 0 {
 		return nil, fmt.Errorf("userfaultfd: %w", e)
 	}
-	f := os.NewFile(fd, "userfaultfd")
+	fd := int(r0)
 	api := uffdioAPIArg{api: uffdAPI, features: uffdFeatureWPAsync}
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, uffdioAPI, uintptr(unsafe.Pointer(&api))); e != 0 {
-		f.Close()
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), uffdioAPI, uintptr(unsafe.Pointer(&api))); e != 0 {
+		unix.Close(fd)
 		if errors.Is(e, syscall.EINVAL) {
-			return nil, fmt.Errorf("UFFDIO_API: the kernel lacks UFFD_FEATURE_WP_ASYNC (Linux 6.7): %w", e)
+			return nil, fmt.Errorf("UFFDIO_API: no UFFD_FEATURE_WP_ASYNC here (Linux 6.7+ with userfaultfd write-protection for this architecture): %w", e)
 		}
 		return nil, fmt.Errorf("UFFDIO_API: %w", e)
 	}
 	for _, r := range ranges {
 		reg := uffdioRegisterArg{start: uint64(r[0]), len: uint64(r[1] - r[0]), mode: uffdRegisterModeWP}
-		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, uffdioRegister, uintptr(unsafe.Pointer(&reg))); e != 0 {
-			f.Close() // unregisters what was registered
+		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), uffdioRegister, uintptr(unsafe.Pointer(&reg))); e != 0 {
+			unix.Close(fd) // unregisters what was registered
 			return nil, fmt.Errorf("UFFDIO_REGISTER %#x-%#x: %w", r[0], r[1], e)
 		}
 	}
-	return f, nil
+	// Wrapped only now: the descriptor polls as an error until UFFDIO_API.
+	return os.NewFile(uintptr(fd), "userfaultfd"), nil
 }
