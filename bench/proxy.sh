@@ -586,7 +586,7 @@ as page cache whether a process maps them or not. By default the kernel maps up 
 16 pages around each page a process faults in, and a Go binary spreads what
 a request touches (code, type data, function tables) over the whole image:
 a single request then maps 4-5 MiB of it. `-single-page-binary-faults`
-(on by default; Linux 6.7+ with userfaultfd allowed) registers the
+(on by default; Linux 6.7+ on x86-64, userfaultfd allowed) registers the
 executable's mappings with a userfaultfd in asynchronous write-protect mode,
 for which the kernel maps each page alone. Start-up (package initialisation,
 the protobuf registry) and the configuration load touch much of the binary;
