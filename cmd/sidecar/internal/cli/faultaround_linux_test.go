@@ -22,23 +22,6 @@ func presentPages(t *testing.T, pm *os.File, addr, n uintptr) int {
 	return c
 }
 
-// mapFile maps the file at path privately and read-only, and releases the
-// mapping when the test ends.
-func mapFile(t *testing.T, path string, size int) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatalf("mmap %s: %v", path, err)
-	}
-	t.Cleanup(func() { unix.Munmap(m) })
-	return m
-}
-
 // TestNoFaultAround maps a file whose pages are all in the page cache and
 // reads one byte of it: the kernel maps the pages around it too
 // (fault-around); after noFaultAround it maps that one page only, and once
@@ -71,11 +54,7 @@ func TestNoFaultAround(t *testing.T) {
 	if err := f0.Close(); err != nil {
 		t.Fatal(err)
 	}
-	pm, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pm.Close()
+	pm := openPagemap(t)
 	window := uintptr(64 << 10)
 	// touch reads a byte in the middle of an aligned 64 KiB window of m and
 	// returns how many pages of that window are mapped.
@@ -88,12 +67,12 @@ func TestNoFaultAround(t *testing.T) {
 		return presentPages(t, pm, base+off, window)
 	}
 
-	plain := mapFile(t, path, size)
+	plain := mapFile(t, path, size, unix.PROT_READ)
 	if n := touch(plain); n <= 1 {
 		t.Fatalf("a read mapped %d pages of its 64 KiB window without registration: this kernel does not map around faults, so the test shows nothing", n)
 	}
 
-	m := mapFile(t, path, size)
+	m := mapFile(t, path, size, unix.PROT_READ)
 	base := uintptr(unsafe.Pointer(&m[0]))
 	f, err := noFaultAround([][2]uintptr{{base, base + size}})
 	if err != nil {
@@ -150,11 +129,7 @@ func TestSinglePageImageFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink = *(*byte)(unsafe.Add(unsafe.Pointer(nil), w+window/2))
-	pm, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pm.Close()
+	pm := openPagemap(t)
 	if got := presentPages(t, pm, w, window); got >= int(window)/os.Getpagesize() {
 		t.Errorf("%d of the 16 pages of the window at %#x are mapped after reading one: the kernel mapped around the fault", got, w)
 	}

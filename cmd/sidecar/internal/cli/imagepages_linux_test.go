@@ -22,6 +22,34 @@ func pagemapEntry(t *testing.T, pm *os.File, addr uintptr) uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
+// openPagemap opens /proc/self/pagemap for the test's length.
+func openPagemap(t *testing.T) *os.File {
+	t.Helper()
+	pm, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		t.Fatalf("this test reads /proc/self/pagemap: %v", err)
+	}
+	t.Cleanup(func() { pm.Close() })
+	return pm
+}
+
+// mapFile maps size bytes of the file at path privately with protection
+// prot, and unmaps them when the test ends.
+func mapFile(t *testing.T, path string, size, prot int) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, size, prot, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatalf("mmap %s: %v", path, err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	return m
+}
+
 // TestReleaseFilePagesKeepsPrivateCopies maps a real file privately, reads
 // some pages and writes others (the kernel then holds private copies, as for
 // a breakpoint or a relocated page), and checks that releaseFilePages
@@ -34,16 +62,7 @@ func TestReleaseFilePagesKeepsPrivateCopies(t *testing.T) {
 	if err := os.WriteFile(path, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := syscall.Mmap(int(f.Fd()), 0, pages*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
-	if err != nil {
-		t.Fatalf("mmap %s: %v", path, err)
-	}
-	defer syscall.Munmap(m)
+	m := mapFile(t, path, pages*page, unix.PROT_READ|unix.PROT_WRITE)
 	for i := 0; i < pages; i++ {
 		if m[i*page] != 'f' { // every page mapped from the file
 			t.Fatalf("page %d of the mapping reads %q", i, m[i*page])
@@ -57,11 +76,7 @@ func TestReleaseFilePagesKeepsPrivateCopies(t *testing.T) {
 	if err := syscall.Mprotect(m, syscall.PROT_READ); err != nil {
 		t.Fatal(err)
 	}
-	pm, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		t.Fatalf("this test reads /proc/self/pagemap: %v", err)
-	}
-	defer pm.Close()
+	pm := openPagemap(t)
 	base := uintptr(unsafe.Pointer(&m[0]))
 	for i := 0; i < pages; i++ {
 		if e := pagemapEntry(t, pm, base+uintptr(i*page)); e&pmPresent == 0 {
