@@ -319,7 +319,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 	}
 	_, _ = bw.WriteString(req.Method)
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(req.URL.RequestURI())
+	_, _ = bw.WriteString(requestTarget(req))
 	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
 	_, _ = bw.WriteString(host)
 	_, _ = bw.WriteString("\r\n")

@@ -330,10 +330,8 @@ func parseOriginForm(uri string, u *url.URL) bool {
 	if len(path) == 0 || path[0] != '/' {
 		return false
 	}
-	for i := 0; i < len(path); i++ {
-		if !plainPathByte[path[i]] {
-			return false
-		}
+	if !plainPath(path) {
+		return false
 	}
 	for i := 0; i < len(query); i++ {
 		if c := query[i]; c < ' ' || c == 0x7f {
@@ -341,6 +339,30 @@ func parseOriginForm(uri string, u *url.URL) bool {
 		}
 	}
 	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
+}
+
+// requestTarget is req.URL.RequestURI(): the target as read
+// (req.RequestURI) when it is one parseOriginForm takes and the URL still
+// says the same, without net/url's escaping pass; else RequestURI().
+func requestTarget(req *http.Request) string {
+	u, t := req.URL, req.RequestURI
+	if u.Opaque == "" && u.RawPath == "" && len(t) > 0 && t[0] == '/' {
+		path, query, hasQuery := strings.Cut(t, "?")
+		if path == u.Path && query == u.RawQuery && hasQuery == (u.ForceQuery || u.RawQuery != "") && plainPath(path) {
+			return t
+		}
+	}
+	return u.RequestURI()
+}
+
+// plainPath reports whether every byte of path is a plainPathByte.
+func plainPath(path string) bool {
+	for i := 0; i < len(path); i++ {
+		if !plainPathByte[path[i]] {
+			return false
+		}
+	}
 	return true
 }
 

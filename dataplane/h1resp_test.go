@@ -291,6 +291,36 @@ func TestParseOriginForm(t *testing.T) {
 	}
 }
 
+// TestRequestTarget: the target written upstream and logged is
+// URL.RequestURI()'s, whether the request came through the fast reader
+// or net/http's, and after its URL was changed.
+func TestRequestTarget(t *testing.T) {
+	for _, uri := range []string{
+		"/", "/a/b.c-d_e~f", "/p?q=1&r=2", "/p?", "/p?a?b", "/a:b@c;d=e", "/a!b", "/a(b)", "/caf%C3%A9",
+		"/a%2Fb", "/%41", "//x/y", "*", "http://h/p?q", "/a%20b?c",
+	} {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + uri + " HTTP/1.1\r\nHost: h\r\n\r\n")))
+		if err != nil {
+			t.Fatalf("%q: %v", uri, err)
+		}
+		if got, want := requestTarget(req), req.URL.RequestURI(); got != want {
+			t.Errorf("%q read by net/http: %q, want %q", uri, got, want)
+		}
+		var u url.URL
+		if parseOriginForm(uri, &u) {
+			fast := &http.Request{URL: &u, RequestURI: uri}
+			if got, want := requestTarget(fast), u.RequestURI(); got != want || got != uri {
+				t.Errorf("%q read fast: %q, want %q", uri, got, want)
+			}
+		}
+		req.URL.Path += "x"
+		req.URL.RawQuery = "changed"
+		if got, want := requestTarget(req), req.URL.RequestURI(); got != want {
+			t.Errorf("%q, URL changed: %q, want %q", uri, got, want)
+		}
+	}
+}
+
 // TestFastReaderAllocations: with a server request's storage the response
 // head costs one allocation (its string), and so does the request head
 // with the connection's header scratch (four without: its string, the

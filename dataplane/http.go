@@ -514,11 +514,32 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 
 // isEventStream reports a Server-Sent Events response.
 func isEventStream(contentType string) bool {
-	if !strings.Contains(strings.ToLower(contentType), "event-stream") {
+	if !containsFold(contentType, "event-stream") {
 		return false
 	}
 	mt, _, _ := mime.ParseMediaType(contentType)
 	return mt == "text/event-stream"
+}
+
+// containsFold reports whether s holds sub (lower-case ASCII) in any
+// ASCII case, without strings.ToLower's copy.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for ; j < len(sub); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != sub[j] {
+				break
+			}
+		}
+		if j == len(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelUpgraded is cancelBody for the connection of a 101 response,
@@ -809,7 +830,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 		code = 0
 	}
 	e := lb.AccessLogEntry{
-		StartTime: start, Method: req.Method, Path: req.URL.RequestURI(), Protocol: req.Proto,
+		StartTime: start, Method: req.Method, Path: requestTarget(req), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes, Duration: d,
 		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
 		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
@@ -833,10 +854,7 @@ func (ex *exchange) clusterName() string {
 }
 
 func serviceName(host string, dst netip.AddrPort) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if host != "" {
+	if host = hostOnly(host); host != "" {
 		return host
 	}
 	if dst.IsValid() {

@@ -556,3 +556,35 @@ func TestHgetKeysCanonical(t *testing.T) {
 		t.Fatalf("found %d hget calls with a constant key, want the request path's (>= 10)", n)
 	}
 }
+
+// TestHostOnly: an authority's host is net.SplitHostPort's where it
+// splits, and the authority itself where it does not.
+func TestHostOnly(t *testing.T) {
+	for _, a := range []string{
+		"", "x", "x:80", "X.Example:8080", "10.96.0.10:80", "[::1]:80", "::1", "[::1]", "x:", "x:8a", "a:b:c",
+		":80", "[fe80::1%eth0]:443", "x:80:90",
+	} {
+		want := a
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			want = h
+		}
+		if got := hostOnly(a); got != want {
+			t.Errorf("hostOnly(%q) = %q, want %q", a, got, want)
+		}
+	}
+}
+
+// TestContainsFold: an ASCII-case-insensitive strings.Contains.
+func TestContainsFold(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{"text/event-stream", true}, {"Text/Event-Stream; charset=utf-8", true}, {"event-strea", false},
+		{"", false}, {"text/plain", false}, {"xEVENT-STREAMx", true}, {"event_stream", false},
+	} {
+		if got := containsFold(c.s, "event-stream"); got != c.want || got != strings.Contains(strings.ToLower(c.s), "event-stream") {
+			t.Errorf("containsFold(%q) = %v, want %v", c.s, got, c.want)
+		}
+	}
+}
