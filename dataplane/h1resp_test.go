@@ -319,6 +319,22 @@ func TestRequestTarget(t *testing.T) {
 			t.Errorf("%q, URL changed: %q, want %q", uri, got, want)
 		}
 	}
+	// Every target of up to six bytes over the bytes that matter.
+	var walk func(uri string)
+	walk = func(uri string) {
+		if u, err := url.ParseRequestURI(uri); err == nil {
+			req := &http.Request{URL: u, RequestURI: uri}
+			if got, want := requestTarget(req), u.RequestURI(); got != want {
+				t.Fatalf("%q: %q, want %q", uri, got, want)
+			}
+		}
+		if len(uri) < 6 {
+			for _, c := range "/a%?!2F" {
+				walk(uri + string(c))
+			}
+		}
+	}
+	walk("/")
 }
 
 // TestFastReaderAllocations: with a server request's storage the response

@@ -562,7 +562,7 @@ func TestHgetKeysCanonical(t *testing.T) {
 func TestHostOnly(t *testing.T) {
 	for _, a := range []string{
 		"", "x", "x:80", "X.Example:8080", "10.96.0.10:80", "[::1]:80", "::1", "[::1]", "x:", "x:8a", "a:b:c",
-		":80", "[fe80::1%eth0]:443", "x:80:90",
+		":80", "[fe80::1%eth0]:443", "x:80:90", "a[b:80", "a]b:80", "[a]b:80",
 	} {
 		want := a
 		if h, _, err := net.SplitHostPort(a); err == nil {
@@ -572,6 +572,23 @@ func TestHostOnly(t *testing.T) {
 			t.Errorf("hostOnly(%q) = %q, want %q", a, got, want)
 		}
 	}
+	// Every string of up to six bytes over the bytes that matter.
+	var walk func(a string)
+	walk = func(a string) {
+		want := a
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			want = h
+		}
+		if got := hostOnly(a); got != want {
+			t.Fatalf("hostOnly(%q) = %q, want %q", a, got, want)
+		}
+		if len(a) < 6 {
+			for _, c := range "a1:[]%" {
+				walk(a + string(c))
+			}
+		}
+	}
+	walk("")
 }
 
 // TestContainsFold: an ASCII-case-insensitive strings.Contains.

@@ -323,7 +323,7 @@ func hostOnly(authority string) string {
 	if i < 0 {
 		return authority
 	}
-	if authority[0] != '[' && strings.IndexByte(authority[:i], ':') < 0 && i+1 < len(authority) && allDigits(authority[i+1:]) {
+	if strings.IndexAny(authority[:i], ":[]") < 0 && i+1 < len(authority) && allDigits(authority[i+1:]) {
 		return authority[:i]
 	}
 	if h, _, err := net.SplitHostPort(authority); err == nil {
