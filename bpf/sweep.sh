@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Removes what meshlet's bpf tests leave behind when they are killed:
 # cgroups, network namespaces (with their veths) and bpffs pins named
-# meshlet-test-<pid>-*. Kernel attachments need no sweeping: they are
-# bpf_links that die with the test process (see doc.go).
+# meshlet-test-<pid>-*, and the nftables tables of the e2e suite's
+# kube-proxy (table ip/ip6 kube-proxy) when no kube-proxy runs. Kernel
+# attachments need no sweeping: they are bpf_links that die with the test
+# process (see doc.go).
 #
 #   sweep.sh              remove leftovers of test processes that are gone
 #   sweep.sh --all        ... of live ones too
@@ -82,6 +84,18 @@ while read -r _ mnt fstype _; do
 		rm -rf "$pin"
 	done
 done </proc/mounts
+
+# kube-proxy's tables (the real-nodes e2e test runs one on the host and
+# deletes them when it stops; this machine runs no other).
+if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1; then
+	for family in ip ip6; do
+		nft list table "$family" kube-proxy >/dev/null 2>&1 || continue
+		found=1
+		echo "nft table $family kube-proxy"
+		[ "$check" = 1 ] && continue
+		nft delete table "$family" kube-proxy || echo "sweep.sh: could not remove nft table $family kube-proxy" >&2
+	done
+fi
 
 if [ "$check" = 1 ] && [ "$found" = 1 ]; then
 	exit 1

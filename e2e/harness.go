@@ -6,8 +6,9 @@
 // tests have no kubelets: pods are bound to zone-labelled Node objects and
 // their status is patched, and the real EndpointSlice controller does the
 // rest. TestRealNodesMesh runs real nodes (StartNodes: kubelets,
-// containerd, runc and CNI bridges on this machine, e2e/tools.sh)
-// with real pods and injected sidecars.
+// containerd, runc and CNI bridges on this machine, with kube-proxy and
+// CoreDNS, e2e/tools.sh) with real pods and injected sidecars; its API
+// server listens on the nodes' bridge.
 package e2e
 
 import (
@@ -47,14 +48,20 @@ type Cluster struct {
 	procs      []*exec.Cmd
 	logs       map[string]*bytes.Buffer
 	nodes      bool
+	// hostNet is the host side of the nodes' network (Nodes only).
+	hostNet *hostNet
 }
 
 // ClusterOptions change what StartClusterWith starts.
 type ClusterOptions struct {
 	// Nodes prepares the control plane for real kubelets (StartNodes): the
-	// node lifecycle controller (it lifts the not-ready taint) and pod
-	// garbage collection, and kubelets reached by their InternalIP.
-	// Without it Node objects are plain records the tests patch.
+	// node lifecycle controller (it lifts the not-ready taint), pod
+	// garbage collection, the Job and Endpoints controllers, kubelets
+	// reached by their InternalIP, and the API server on ControlPlaneIP
+	// (on the nodes' bridge, which it builds first), advertised there so
+	// that the kubernetes Service's endpoint is an address pods reach
+	// through kube-proxy. Without it the API server is on loopback and
+	// Node objects are plain records the tests patch.
 	Nodes bool
 }
 
@@ -99,12 +106,21 @@ func StartCluster(t testing.TB) *Cluster {
 func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
 	c := &Cluster{Dir: t.TempDir(), Bin: k8sBin(t), logs: map[string]*bytes.Buffer{}, nodes: o.Nodes}
-	apiExtra, controllers := []string{}, ""
+	apiHost, apiExtra, controllers := "127.0.0.1", []string{"--endpoint-reconciler-type=none"}, ""
 	if o.Nodes {
-		// Webhooks are called at their Service's endpoint addresses (pods
-		// on the nodes): there is no kube-proxy for ClusterIPs here. That
-		// routing reads Endpoints, so their controller runs too.
-		apiExtra = append(apiExtra, "--kubelet-preferred-address-types=InternalIP", "--enable-aggregator-routing=true")
+		if os.Geteuid() != 0 {
+			t.Fatal("real nodes build a bridge, routes and rules on the host: the test needs root (CI runs as root)")
+		}
+		// The nodes' bridge before the API server, which listens on it;
+		// undone after every process has stopped (cleanups run last
+		// first).
+		c.hostNet = &hostNet{bridge: fmt.Sprintf("mltn%d", os.Getpid()%100000), guard: fmt.Sprintf("meshlet-test-%d", os.Getpid())}
+		t.Cleanup(c.hostNet.down)
+		c.hostNet.up(t)
+		// The kubernetes Service's endpoint is kept by the API server's
+		// lease reconciler, as in any cluster; webhooks are called at
+		// their Service's ClusterIP, which kube-proxy translates.
+		apiHost, apiExtra = ControlPlaneIP, []string{"--kubelet-preferred-address-types=InternalIP"}
 		controllers = ",node-lifecycle-controller,pod-garbage-collector-controller,job-controller,endpoints-controller"
 	}
 	t.Cleanup(c.stop)
@@ -115,14 +131,14 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peerPort), fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", peerPort),
 		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", peerPort), "--unsafe-no-fsync=true", "--log-level=warn")
 	p := func(n string) string { return filepath.Join(c.Dir, n) }
-	c.start(t, "kube-apiserver", append([]string{"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
-		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+	c.start(t, "kube-apiserver", append([]string{"--etcd-servers=" + etcdURL, "--bind-address=" + apiHost, fmt.Sprintf("--secure-port=%d", apiPort),
+		"--advertise-address=" + apiHost,
 		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"), "--client-ca-file=" + p("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local", "--service-account-key-file=" + p("sa.pub"),
 		"--service-account-signing-key-file=" + p("sa.key"), "--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
 		"--allow-privileged=true", "--cert-dir=" + p("apiserver-certs")}, apiExtra...)...)
-	c.writeKubeconfig(t, apiPort)
+	c.writeKubeconfig(t, net.JoinHostPort(apiHost, fmt.Sprint(apiPort)))
 	c.waitAPI(t)
 	c.start(t, "kube-controller-manager", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--use-service-account-credentials=true",
 		"--service-account-private-key-file="+p("sa.key"), "--root-ca-file="+p("ca.crt"), "--bind-address=127.0.0.1", "--secure-port=0",
@@ -259,16 +275,16 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-func (c *Cluster) writeKubeconfig(t testing.TB, port int) {
+func (c *Cluster) writeKubeconfig(t testing.TB, hostPort string) {
 	t.Helper()
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
-clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:%d", certificate-authority: %q}}]
+clusters: [{name: e2e, cluster: {server: "https://%s", certificate-authority: %q}}]
 users: [{name: admin, user: {client-certificate: %q, client-key: %q}}]
 contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
 current-context: e2e
-`, port, filepath.Join(c.Dir, "ca.crt"), filepath.Join(c.Dir, "admin.crt"), filepath.Join(c.Dir, "admin.key"))
+`, hostPort, filepath.Join(c.Dir, "ca.crt"), filepath.Join(c.Dir, "admin.crt"), filepath.Join(c.Dir, "admin.key"))
 	if err := os.WriteFile(c.Kubeconfig, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}

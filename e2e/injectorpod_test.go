@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net"
-	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,58 +15,22 @@ import (
 	"github.com/meshlet-dev/meshlet/deploy"
 )
 
-// apiRelay forwards TCP from ControlPlaneIP:6443 to the API server (which
-// listens on loopback only), for pods: it stands in for kube-proxy's route
-// to the kubernetes Service, which this cluster does not run. TLS passes
-// through (the API server's certificate names ControlPlaneIP).
-func apiRelay(t *testing.T, c *Cluster) string {
-	t.Helper()
-	u, err := url.Parse(c.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(ControlPlaneIP, "6443"))
-	if err != nil {
-		t.Fatalf("API relay: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.Dial("tcp", u.Host)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go func() { _, _ = io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
-				_, _ = io.Copy(in, out)
-			}()
-		}
-	}()
-	return l.Addr().String()
-}
-
 // startInjectorPod runs the control plane as deploy/ ships it: deploy/'s
 // manifest applied, the injector Deployment's pod on a node, with in-cluster
 // config (the ServiceAccount token and cluster CA the kubelet mounts); the
 // API server calls its webhook through the Service's endpoints, and it
-// patches the webhook configuration's caBundle itself. Changes to the
-// Deployment, all for this machine: the locally built image (never
-// pulled), one replica, KUBERNETES_SERVICE_HOST pointing at apiRelay (no
-// kube-proxy), the control plane advertised to sidecars at its pod IP (no
-// cluster DNS), the sidecar image and one worker. It returns the pod once
-// Ready with the caBundle in.
+// patches the webhook configuration's caBundle itself. The pod reaches the
+// API server at the kubernetes Service (the KUBERNETES_SERVICE_HOST the
+// kubelet sets, translated by kube-proxy), and sidecars dial the control
+// plane at the name the injector gives them by default,
+// meshlet-injector.meshlet-system.svc, resolved by cluster DNS. Changes to
+// the Deployment, all for this machine: the locally built image (never
+// pulled), one replica, the sidecar image and one worker. It returns the
+// pod once Ready with the caBundle in.
 func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	t.Helper()
-	relay := apiRelay(t, c)
 	ctx := context.Background()
 	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-	host, port, _ := net.SplitHostPort(relay)
 	// The deployment controller writes the Deployment too: retry on a
 	// conflict with a fresh copy.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -80,12 +42,7 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 		d.Spec.Replicas = &one
 		ctr := &d.Spec.Template.Spec.Containers[0]
 		ctr.Image, ctr.ImagePullPolicy = InjectorImage, corev1.PullNever
-		ctr.Env = append(ctr.Env,
-			corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
-			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
-		ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1",
-			"-control-plane", "$(POD_IP):15012", "-extra-hosts", "$(POD_IP)")
+		ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1")
 		_, err = c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
@@ -129,15 +86,35 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	}
 }
 
-// checkControlPlane fails unless pod p's sidecar dials the injector pod.
-func checkControlPlane(t *testing.T, p corev1.Pod, inj corev1.Pod) {
+// controlPlaneName is where the injector tells sidecars to dial by
+// default: its Service, by name.
+const controlPlaneName = "meshlet-injector.meshlet-system.svc:15012"
+
+// checkControlPlane fails unless pod p's sidecar was told to dial the
+// control plane's Service by name and did: the host's conntrack has a
+// connection from the pod to the Service's ClusterIP (the address cluster
+// DNS gave it) that kube-proxy translated to the injector pod.
+func checkControlPlane(t *testing.T, c *Cluster, p corev1.Pod, inj corev1.Pod) {
 	t.Helper()
-	want := net.JoinHostPort(inj.Status.PodIP, "15012")
 	for _, ctr := range p.Spec.InitContainers {
 		for _, e := range ctr.Env {
-			if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != want {
-				t.Errorf("pod %s: the sidecar dials %s, want the injector pod's %s", p.Name, e.Value, want)
+			if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != controlPlaneName {
+				t.Errorf("pod %s: the sidecar dials %s, want %s", p.Name, e.Value, controlPlaneName)
 			}
 		}
 	}
+	svc, err := c.Client.CoreV1().Services("meshlet-system").Get(context.Background(), "meshlet-injector", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := conntrackEntries(t, p.Status.PodIP, svc.Spec.ClusterIP, 15012)
+	for _, e := range entries {
+		// The reply direction comes from the injector pod.
+		if strings.Contains(e, "src="+inj.Status.PodIP+" ") {
+			t.Logf("pod %s reached the control plane through kube-proxy: %s", p.Name, strings.Join(strings.Fields(e), " "))
+			return
+		}
+	}
+	t.Errorf("pod %s: no connection from %s to the control plane's ClusterIP %s:15012 translated to the injector pod %s: %q",
+		p.Name, p.Status.PodIP, svc.Spec.ClusterIP, inj.Status.PodIP, entries)
 }

@@ -26,10 +26,15 @@ import (
 // its own root and state folders, CNI bridge and pod range, cgroup root,
 // node IP and zone label. Images are local tarballs imported with ctr; every
 // pod must say imagePullPolicy: Never, so nothing is ever pulled from off the
-// machine. Traffic stays on the machine: node IPs sit on a port-less bridge,
-// pods reach each other through the host's connected routes, the Service
-// range is a blackhole route, and two FORWARD rules drop anything leaving or
-// entering the pod ranges from elsewhere.
+// machine. The host's network namespace is every node's, so one kube-proxy
+// (nftables mode, as node-a) translates ClusterIPs for all of them, and
+// CoreDNS on ControlPlaneIP answers for the cluster domain behind the
+// kube-dns Service (StartNodes). Traffic stays on the machine: node IPs sit
+// on a port-less bridge, pods reach each other through the host's connected
+// routes, the Service range is routed onto that port-less bridge (a
+// ClusterIP kube-proxy did not translate goes nowhere), two FORWARD rules
+// drop anything leaving or entering the pod ranges from elsewhere, and
+// CoreDNS forwards nothing: a name outside the cluster gets no answer.
 
 // Node is one running kubelet and its containerd.
 type Node struct {
@@ -47,9 +52,14 @@ type Node struct {
 	names      []string
 }
 
-// ControlPlaneIP is the host address pods reach the injector's SDS / xDS
-// port on (a local address on the nodes bridge).
+// ControlPlaneIP is the host's address on the nodes' bridge: the API
+// server and CoreDNS listen there (pods reach them through the kubernetes
+// and kube-dns Services).
 const ControlPlaneIP = "10.250.0.1"
+
+// ClusterDNSIP is the kube-dns Service's ClusterIP, the nameserver the
+// kubelets give pods.
+const ClusterDNSIP = "10.0.0.10"
 
 // Images the nodes have (imported, never pulled).
 const (
@@ -67,15 +77,16 @@ const (
 	serviceRange = "10.0.0.0/24"
 )
 
-// nodeBin builds (or finds cached) kubelet, kube-scheduler and mkimage, and
-// installs containerd, runc and the CNI plugins if missing.
+// nodeBin builds (or finds cached) kubelet, kube-scheduler, kube-proxy,
+// CoreDNS and mkimage, and installs containerd, runc, the CNI plugins and
+// nftables if missing.
 func nodeBin(t *testing.T) string {
 	t.Helper()
-	return toolsBin(t, "MESHLET_NODE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries, SPIRE and the image packer; installs containerd, runc, CNI plugins from apt")
+	return toolsBin(t, "MESHLET_NODE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries, CoreDNS, SPIRE and the image packer; installs containerd, runc, CNI plugins, nftables from apt")
 }
 
 // run runs a command and fails the test with its output if it fails.
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -126,10 +137,12 @@ func buildImages(t *testing.T, bin string) []string {
 }
 
 // StartNodes starts one node per zone (node-a, node-b, ... in zone-a, ...
-// or the zones given), the scheduler, and waits until every node is Ready.
+// or the zones given), the scheduler, and waits until every node is Ready;
+// then kube-proxy and cluster DNS (startKubeProxy, startClusterDNS).
 // The cluster must have been started with ClusterOptions{Nodes: true}.
 // Everything is torn down at the end of the test: pods deleted, kubelets and
-// containerds stopped, mounts, cgroups, bridges, rules and routes removed.
+// containerds stopped, mounts, cgroups, bridges, kube-proxy's tables, rules,
+// routes and sysctls undone.
 func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -139,17 +152,16 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 		t.Fatal("StartNodes: the cluster was not started with ClusterOptions{Nodes: true}")
 	}
 	bin := nodeBin(t)
-	for _, tool := range []string{"containerd", "ctr", "runc", "iptables", "ip"} {
+	for _, tool := range []string{"containerd", "ctr", "runc", "iptables", "nft", "conntrack", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed for real nodes (e2e/tools.sh installs it): %v", tool, err)
 		}
 	}
 	tars := buildImages(t, bin)
 	tag := fmt.Sprint(os.Getpid() % 100000)
-	hn := &hostNet{bridge: "mltn" + tag, guard: fmt.Sprintf("meshlet-test-%d", os.Getpid())}
+	hn := c.hostNet
 	var nodes []*Node
-	t.Cleanup(func() { c.stopNodes(t, nodes, hn) })
-	hn.up(t)
+	t.Cleanup(func() { c.stopNodes(t, nodes) })
 
 	// The scheduler, with the admin credentials.
 	c.startIn(t, bin, "kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--authentication-kubeconfig="+c.Kubeconfig,
@@ -186,6 +198,8 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 			}
 		}
 		if ready == len(nodes) {
+			c.startKubeProxy(t, bin, nodes[0])
+			c.startClusterDNS(t, bin)
 			return nodes
 		}
 		if time.Now().After(deadline) {
@@ -284,6 +298,7 @@ healthzPort: 10248
 podLogsDir: %s
 resolvConf: ""
 clusterDomain: cluster.local
+clusterDNS: [%s]
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
@@ -298,7 +313,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 nodeStatusUpdateFrequency: 5s
 maxPods: 50
 volumePluginDir: %s
-`, n.CgroupRoot, n.Socket, n.IP, n.IP, p("pod-logs"), filepath.Join(c.Dir, "ca.crt"), p("kubelet", "volume-plugins")))
+`, n.CgroupRoot, n.Socket, n.IP, n.IP, p("pod-logs"), ClusterDNSIP, filepath.Join(c.Dir, "ca.crt"), p("kubelet", "volume-plugins")))
 	// The kubelet wants its cgroup root in every hierarchy; a v1 cpuset
 	// starts empty and takes its parent's CPUs and memory nodes.
 	for _, mnt := range cgroupMounts() {
@@ -360,26 +375,50 @@ func tailFile(path string, max int) string {
 	return tail(string(b), max)
 }
 
-// hostNet is the host side of the nodes' networking.
+// hostNet is the host side of the nodes' networking (built by
+// StartClusterWith, before the API server that listens on it).
 type hostNet struct {
 	bridge, guard string
-	forward       string // net.ipv4.ip_forward before
-	rules         [][]string
-	route         bool
+	// sysctls holds the values of the sysctls the nodes, kube-proxy and
+	// containerd may change, to be put back.
+	sysctls map[string]string
+	rules   [][]string
+	route   bool
 }
 
-func (h *hostNet) up(t *testing.T) {
+// hostSysctls are the sysctls hostNet saves and restores: IP forwarding,
+// bridged traffic through netfilter (kube-proxy's translation of a
+// ClusterIP whose endpoint is on the caller's own bridge needs its reply
+// to pass conntrack) and what kube-proxy may tune.
+var hostSysctls = []string{
+	"net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables",
+	"net/ipv4/conf/all/route_localnet", "net/netfilter/nf_conntrack_max",
+	"net/netfilter/nf_conntrack_tcp_timeout_established", "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+}
+
+func (h *hostNet) up(t testing.TB) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	if err != nil {
+	h.sysctls = map[string]string{}
+	for _, k := range hostSysctls {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			h.sysctls[k] = strings.TrimSpace(string(b))
+		}
+	}
+	if _, ok := h.sysctls["net/bridge/bridge-nf-call-iptables"]; !ok {
+		t.Fatal("real nodes need bridged traffic through netfilter (kube-proxy): the kernel has no br_netfilter (/proc/sys/net/bridge/bridge-nf-call-iptables)")
+	}
+	if err := os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h.forward = strings.TrimSpace(string(b))
 	run(t, "ip", "link", "add", h.bridge, "type", "bridge")
 	run(t, "ip", "link", "set", h.bridge, "up")
 	run(t, "ip", "addr", "add", ControlPlaneIP+"/32", "dev", h.bridge)
-	// A Service VIP that escaped the redirect goes nowhere.
-	run(t, "ip", "route", "add", "blackhole", serviceRange)
+	// The Service range onto the port-less bridge: a ClusterIP that
+	// kube-proxy did not translate (and that the redirect did not take)
+	// goes nowhere. Not a blackhole route: the host's own connections to
+	// ClusterIPs (the API server calling a webhook's Service) must pass the
+	// route lookup that comes before kube-proxy's output rules.
+	run(t, "ip", "route", "add", serviceRange, "dev", h.bridge)
 	h.route = true
 	for _, r := range [][]string{
 		{"FORWARD", "-s", podRange, "!", "-d", podRange, "-m", "comment", "--comment", h.guard, "-j", "DROP"},
@@ -394,17 +433,23 @@ func (h *hostNet) down() {
 	for _, r := range h.rules {
 		_ = exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
 	}
+	// kube-proxy's tables (it has stopped: cleanups run last first).
+	for _, family := range []string{"ip", "ip6"} {
+		_ = exec.Command("nft", "delete", "table", family, "kube-proxy").Run()
+	}
 	if h.route {
-		_ = exec.Command("ip", "route", "del", "blackhole", serviceRange).Run()
+		_ = exec.Command("ip", "route", "del", serviceRange, "dev", h.bridge).Run()
 	}
 	_ = exec.Command("ip", "link", "del", h.bridge).Run()
-	if h.forward != "" {
-		_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte(h.forward), 0o644)
+	for k, v := range h.sysctls {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(b)) != v {
+			_ = os.WriteFile("/proc/sys/"+k, []byte(v), 0o644)
+		}
 	}
 }
 
 // stopNodes tears the nodes down (see StartNodes).
-func (c *Cluster) stopNodes(t *testing.T, nodes []*Node, hn *hostNet) {
+func (c *Cluster) stopNodes(t *testing.T, nodes []*Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	// Pods first, while the kubelets run: they stop the containers and
@@ -431,7 +476,6 @@ func (c *Cluster) stopNodes(t *testing.T, nodes []*Node, hn *hostNet) {
 	for _, n := range nodes {
 		n.stop(t)
 	}
-	hn.down()
 }
 
 func (n *Node) stop(t *testing.T) {

@@ -28,15 +28,17 @@ import (
 
 // TestRealNodesMesh is the whole product on real Kubernetes nodes built on
 // this machine: three kubelets with containerd in zones a, b and c, the
-// real scheduler and controllers, and the control plane as deploy/ ships it
-// (startInjectorPod: the injector Deployment's pod, its webhook called
-// through the Service's endpoints, serving SDS and xDS). A labelled namespace's pods (a 3-replica echo
+// real scheduler and controllers, kube-proxy and CoreDNS, and the control
+// plane as deploy/ ships it (startInjectorPod: the injector Deployment's
+// pod, its webhook called through its Service, serving SDS and xDS at the
+// Service's name). A labelled namespace's pods (a 3-replica echo
 // Deployment spread over the zones, and a client) are admitted with the
 // native sidecar, which the kubelet starts first; each sidecar attaches the
 // eBPF redirect to its pod's cgroup, switches to uid 1337 and gets its
 // certificate and config from the injector. The client's app dials the
-// Service's ClusterIP (there is no kube-proxy: only the redirect can reach
-// it) and gets answers from the echo pods over mutual TLS; a real
+// Service's ClusterIP, which the redirect takes inside the pod before
+// kube-proxy could (the host's conntrack never sees the connection), and
+// gets answers from the echo pods over mutual TLS; a real
 // Prometheus scrapes the sidecars and its query API returns the request
 // counters with the mTLS labels. Then the Service gets locality failover
 // and the client's zone loses its echo pod and gets it back.
@@ -128,7 +130,7 @@ func TestRealNodesMesh(t *testing.T) {
 		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer || p.Spec.InitContainers[0].RestartPolicy == nil {
 			t.Fatalf("pod %s: no native meshlet sidecar: %+v", p.Name, p.Spec.InitContainers)
 		}
-		checkControlPlane(t, p, inj)
+		checkControlPlane(t, c, p, inj)
 		if p.Labels["app"] == "echo" {
 			echoIPs = append(echoIPs, p.Status.PodIP)
 			seenZones[zones[p.Spec.NodeName]] = true
@@ -177,6 +179,12 @@ func TestRealNodesMesh(t *testing.T) {
 		t.Fatalf("the client never got an answer through the ClusterIP %s: %s\nclient sidecar:\n%s", vip, tail(fmt.Sprint(peers), 2000), c.podLog(t, clientPod, webhook.ProxyContainer))
 	}
 	t.Logf("the client's requests to %s were answered by %v, each app started after its sidecar was ready", vip, keys(answered))
+	// kube-proxy translates the ClusterIP too, but the app's connections
+	// never left its pod: the redirect gave them to the sidecar, which
+	// dialed the echo pods' own addresses.
+	if seen := conntrackEntries(t, clientPod.Status.PodIP, vip, 80); len(seen) > 0 {
+		t.Errorf("the client's connections to %s:80 passed the host's netfilter (kube-proxy), not the redirect: %q", vip, seen)
+	}
 
 	// The echo sidecars saw them as mutual TLS from the client's identity.
 	want := `connection_security_policy="mutual_tls"`

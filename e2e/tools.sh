@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds every tool the e2e suite runs from the Go module proxy: etcd
-# v3.7.0, kube-apiserver, kube-controller-manager, kubectl, kubelet and
-# kube-scheduler v1.37.2 (see shared/reference/k8s-local-control-plane.md
-# and k8s-real-nodes.md), spire-server and spire-agent v1.13.3, and the
-# local image packer (mkimage, go-containerregistry). Installs Debian's
-# containerd, runc, CNI plugins, iptables and conntrack for the real nodes
-# when missing. Prints the bin directory.
+# v3.7.0, kube-apiserver, kube-controller-manager, kubectl, kubelet,
+# kube-scheduler and kube-proxy v1.37.2 (see
+# shared/reference/k8s-local-control-plane.md and k8s-real-nodes.md),
+# CoreDNS v1.14.2 with the plugins cluster DNS uses (tools/coredns; v1.15
+# needs gRPC 1.84, whose go-spiffe SPIRE 1.13.3 does not build against),
+# spire-server and spire-agent v1.13.3, and the local image packer
+# (mkimage, go-containerregistry). Installs Debian's containerd, runc, CNI
+# plugins, iptables, nftables (kube-proxy's nft) and conntrack for the
+# real nodes when missing. Prints the bin directory.
 #
 # One module (e2e/tools: go.mod and go.sum committed, so a build resolves
 # nothing) and one `go build` for all of them: the packages they share
@@ -23,20 +26,20 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./k8s-module.sh
-ETCD=v3.7.0 SPIRE=v1.13.3 GGCR=v0.22.1
+ETCD=v3.7.0 SPIRE=v1.13.3 GGCR=v0.22.1 COREDNS=v1.14.2
 mode=${1:-build}
-key=$(cat tools.sh k8s-module.sh tools/go.mod tools/go.sum tools/tools.go tools/etcd/main.go tools/mkimage/main.go | sha256sum | cut -c1-12)
+key=$(cat tools.sh k8s-module.sh tools/go.mod tools/go.sum tools/tools.go tools/etcd/main.go tools/mkimage/main.go tools/coredns/main.go | sha256sum | cut -c1-12)
 cache="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
 bin="$cache/tools-$K8S-$key/bin"
 export CGO_ENABLED=1 GOFLAGS=-mod=readonly
 targets=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
-  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler
-  github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent ./etcd ./mkimage)
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy
+  github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent ./etcd ./mkimage ./coredns)
 
 case "$mode" in
 update)
   cd tools
-  k8s_module meshlet.dev/e2e-tools "go.etcd.io/etcd/server/v3 $ETCD" "github.com/google/go-containerregistry $GGCR" "github.com/spiffe/spire $SPIRE"
+  k8s_module meshlet.dev/e2e-tools "go.etcd.io/etcd/server/v3 $ETCD" "github.com/google/go-containerregistry $GGCR" "github.com/spiffe/spire $SPIRE" "github.com/coredns/coredns $COREDNS"
   rm -f go.sum
   GOFLAGS=-mod=mod go mod tidy
   exit 0
@@ -48,7 +51,12 @@ fetch | build) ;;
   ;;
 esac
 
-built() { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubelet" ] && [ -x "$bin/spire-agent" ] && [ -x "$bin/etcd" ] && [ -x "$bin/mkimage" ]; }
+built() {
+  local b
+  for b in kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler kube-proxy spire-server spire-agent etcd mkimage coredns; do
+    [ -x "$bin/$b" ] || return 1
+  done
+}
 
 if [ "$mode" = build ]; then
   need_apt=()
@@ -56,6 +64,7 @@ if [ "$mode" = build ]; then
   command -v runc >/dev/null 2>&1 || need_apt+=(runc)
   [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
   command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+  command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
   command -v conntrack >/dev/null 2>&1 || need_apt+=(conntrack)
   if [ ${#need_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
