@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,20 +26,12 @@ import (
 // network namespace here).
 
 // clientKubeconfig writes a kubeconfig for a client certificate of the
-// cluster CA named by subj (the admin kubeconfig with the certificate
-// replaced) and returns its path.
+// cluster CA named by subj and returns its path.
 func (c *Cluster) clientKubeconfig(t *testing.T, name string, subj pkix.Name) string {
 	t.Helper()
 	crt, key := c.issue(t, name, subj, nil, nil, x509.ExtKeyUsageClientAuth)
-	b, err := os.ReadFile(c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := strings.NewReplacer(filepath.Join(c.Dir, "admin.crt"), crt, filepath.Join(c.Dir, "admin.key"), key).Replace(string(b))
 	path := filepath.Join(c.Dir, name+".kubeconfig")
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.writeKubeconfigFor(t, path, c.Config.Host, crt, key)
 	return path
 }
 

@@ -278,20 +278,28 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 func (c *Cluster) writeKubeconfig(t testing.TB, hostPort string) {
 	t.Helper()
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: "https://%s", certificate-authority: %q}}]
-users: [{name: admin, user: {client-certificate: %q, client-key: %q}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
-current-context: e2e
-`, hostPort, filepath.Join(c.Dir, "ca.crt"), filepath.Join(c.Dir, "admin.crt"), filepath.Join(c.Dir, "admin.key"))
-	if err := os.WriteFile(c.Kubeconfig, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.writeKubeconfigFor(t, c.Kubeconfig, "https://"+hostPort, filepath.Join(c.Dir, "admin.crt"), filepath.Join(c.Dir, "admin.key"))
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Config = cfg
 	c.Client = kubernetes.NewForConfigOrDie(cfg)
+}
+
+// writeKubeconfigFor writes to path a kubeconfig for the API server at
+// server (an https URL) with the cluster CA and the client certificate
+// crt / key.
+func (c *Cluster) writeKubeconfigFor(t testing.TB, path, server, crt, key string) {
+	t.Helper()
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: user, user: {client-certificate: %q, client-key: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: user}}]
+current-context: e2e
+`, server, filepath.Join(c.Dir, "ca.crt"), crt, key)
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -13,12 +13,13 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/meshlet-dev/meshlet/deploy"
+	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 // startInjectorPod runs the control plane as deploy/ ships it: deploy/'s
 // manifest applied, the injector Deployment's pod on a node, with in-cluster
 // config (the ServiceAccount token and cluster CA the kubelet mounts); the
-// API server calls its webhook through the Service's endpoints, and it
+// API server calls its webhook at the Service's ClusterIP, and it
 // patches the webhook configuration's caBundle itself. The pod reaches the
 // API server at the kubernetes Service (the KUBERNETES_SERVICE_HOST the
 // kubelet sets, translated by kube-proxy), and sidecars dial the control
@@ -86,10 +87,6 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	}
 }
 
-// controlPlaneName is where the injector tells sidecars to dial by
-// default: its Service, by name.
-const controlPlaneName = "meshlet-injector.meshlet-system.svc:15012"
-
 // checkControlPlane fails unless pod p's sidecar was told to dial the
 // control plane's Service by name and did: the host's conntrack has a
 // connection from the pod to the Service's ClusterIP (the address cluster
@@ -98,8 +95,8 @@ func checkControlPlane(t *testing.T, c *Cluster, p corev1.Pod, inj corev1.Pod) {
 	t.Helper()
 	for _, ctr := range p.Spec.InitContainers {
 		for _, e := range ctr.Env {
-			if e.Name == "MESHLET_CONTROL_PLANE" && e.Value != controlPlaneName {
-				t.Errorf("pod %s: the sidecar dials %s, want %s", p.Name, e.Value, controlPlaneName)
+			if want := webhook.DefaultConfig().ControlPlane; e.Name == "MESHLET_CONTROL_PLANE" && e.Value != want {
+				t.Errorf("pod %s: the sidecar dials %s, want the injector's default %s", p.Name, e.Value, want)
 			}
 		}
 	}

@@ -463,18 +463,7 @@ func tail(s string, n int) string {
 
 func waitReady(t *testing.T, health string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		resp, err := http.Get("http://" + health + "/healthz/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sidecar at %s never became ready: %v", health, err)
-		}
-	}
+	waitHTTP(t, "http://"+health+"/healthz/ready", 60*time.Second, "sidecar", func() string { return "" })
 }
 
 // holdTCP keeps one connection open through the mesh, echoing a line
