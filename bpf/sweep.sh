@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Removes what meshlet's bpf tests leave behind when they are killed:
 # cgroups, network namespaces (with their veths) and bpffs pins named
-# meshlet-test-<pid>-*, and the nftables tables of the e2e suite's
-# kube-proxy (table ip/ip6 kube-proxy) when no kube-proxy runs. Kernel
+# meshlet-test-<pid>-*, the e2e suite's temporary directories
+# (meshlet-test-<pid>-tmp), and, once no kubelet or kube-proxy runs, the
+# nftables tables of its kube-proxy (table ip/ip6 kube-proxy), an empty
+# `table ip filter` and the kubelets' fixed-path sockets. Kernel
 # attachments need no sweeping: they are bpf_links that die with the test
 # process (see doc.go).
 #
@@ -95,6 +97,47 @@ if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1; then
 		[ "$check" = 1 ] && continue
 		nft delete table "$family" kube-proxy || echo "sweep.sh: could not remove nft table $family kube-proxy" >&2
 	done
+fi
+
+# The e2e suite's temporary directories (its TMPDIR: built binaries,
+# image layers, the tests' own directories), meshlet-test-<pid>-tmp.
+for dir in "${TMPDIR:-/tmp}/$prefix"*-tmp /tmp/"$prefix"*-tmp; do
+	[ -d "$dir" ] || continue
+	selected "$(basename "$dir")" || continue
+	if grep -q " $dir/" /proc/mounts; then
+		echo "sweep.sh: $dir has mounts under it; not removing" >&2
+		found=1
+		continue
+	fi
+	found=1
+	echo "tmp $dir ($(du -sh "$dir" 2>/dev/null | cut -f1))"
+	[ "$check" = 1 ] && continue
+	rm -rf "$dir" || echo "sweep.sh: could not remove $dir" >&2
+done
+
+# What the real nodes' kubelets leave where their paths are fixed (the
+# device-plugin and pod-resources sockets under /var/lib/kubelet) once no
+# kubelet runs; this machine runs no other.
+if ! pgrep -x kubelet >/dev/null 2>&1; then
+	for sock in /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/pod-resources/kubelet.sock; do
+		[ -S "$sock" ] || continue
+		found=1
+		echo "kubelet socket $sock"
+		[ "$check" = 1 ] && continue
+		rm -f "$sock"
+		rmdir "$(dirname "$sock")" 2>/dev/null || true
+	done
+	[ "$check" = 1 ] || rmdir /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet 2>/dev/null || true
+fi
+
+# The empty filter table iptables (nft backend) leaves once the real
+# nodes' guard rules are deleted; a table with any rule is someone's.
+if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1 &&
+	out=$(nft list table ip filter 2>/dev/null) &&
+	! grep -qvE '^[[:space:]]*(table .*|chain .*|type .*|policy .*|\}|)$' <<<"$out"; then
+	found=1
+	echo "nft table ip filter (no rules)"
+	[ "$check" = 1 ] || nft delete table ip filter || echo "sweep.sh: could not remove nft table ip filter" >&2
 fi
 
 if [ "$check" = 1 ] && [ "$found" = 1 ]; then

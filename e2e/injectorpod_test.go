@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ import (
 // meshlet-injector.meshlet-system.svc, resolved by cluster DNS. Changes to
 // the Deployment, all for this machine: the locally built image (never
 // pulled), one replica, the sidecar image and one worker. It returns the
-// pod once Ready with the caBundle in.
+// pod once Ready with the caBundle in and its Service routing.
 func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
@@ -79,6 +80,16 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 			if mwc.Webhooks[0].ClientConfig.Service == nil || mwc.Webhooks[0].ClientConfig.URL != nil {
 				t.Fatalf("the webhook is not called through its Service: %+v", mwc.Webhooks[0].ClientConfig)
 			}
+			// The API server calls the webhook at the Service's ClusterIP,
+			// which kube-proxy refuses until it has the pod's endpoint:
+			// wait for the webhook to answer a TLS handshake there, as
+			// the API server will, and for the SDS/xDS port to route.
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(mwc.Webhooks[0].ClientConfig.CABundle) {
+				t.Fatalf("the webhook's caBundle holds no certificate: %q", mwc.Webhooks[0].ClientConfig.CABundle)
+			}
+			c.waitServiceRoutes(t, "meshlet-system", "meshlet-injector", 443, roots, 60*time.Second)
+			c.waitServiceRoutes(t, "meshlet-system", "meshlet-injector", 15012, nil, 60*time.Second)
 			return inj
 		}
 		if time.Now().After(deadline) {

@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Real nodes (see shared/reference/k8s-real-nodes.md): each node is a
+// Real nodes (see docs/testing.md): each node is a
 // containerd (Debian's 1.6, runc) and a kubelet v1.37 on this machine, with
 // its own root and state folders, CNI bridge and pod range, cgroup root,
 // node IP and zone label. Images are local tarballs imported with ctr; every
@@ -384,6 +384,9 @@ type hostNet struct {
 	sysctls map[string]string
 	rules   [][]string
 	route   bool
+	// filterTable: iptables (nft backend) created `table ip filter` for
+	// the rules; it is deleted with them.
+	filterTable bool
 }
 
 // hostSysctls are the sysctls hostNet saves and restores: IP forwarding,
@@ -420,6 +423,7 @@ func (h *hostNet) up(t testing.TB) {
 	// route lookup that comes before kube-proxy's output rules.
 	run(t, "ip", "route", "add", serviceRange, "dev", h.bridge)
 	h.route = true
+	h.filterTable = exec.Command("nft", "list", "table", "ip", "filter").Run() != nil
 	for _, r := range [][]string{
 		{"FORWARD", "-s", podRange, "!", "-d", podRange, "-m", "comment", "--comment", h.guard, "-j", "DROP"},
 		{"FORWARD", "-d", podRange, "!", "-s", podRange, "-m", "comment", "--comment", h.guard, "-j", "DROP"},
@@ -432,6 +436,9 @@ func (h *hostNet) up(t testing.TB) {
 func (h *hostNet) down() {
 	for _, r := range h.rules {
 		_ = exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
+	}
+	if h.filterTable && len(h.rules) > 0 {
+		_ = exec.Command("nft", "delete", "table", "ip", "filter").Run()
 	}
 	// kube-proxy's tables (it has stopped: cleanups run last first).
 	for _, family := range []string{"ip", "ip6"} {

@@ -49,6 +49,7 @@ func TestRealNodesMesh(t *testing.T) {
 	t.Logf("%d nodes Ready in %.1f s", len(nodes), time.Since(start).Seconds())
 	ctx := context.Background()
 
+	c.dumpOnFailure(t, "meshlet-system", "shop", "kube-system")
 	inj := startInjectorPod(t, c)
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
 		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
@@ -81,11 +82,12 @@ func TestRealNodesMesh(t *testing.T) {
 				Containers: []corev1.Container{app()}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
-			Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createThroughWebhook(t, "pod shop/client", func() error {
+		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
+				Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{})
+		return err
+	})
 
 	// Every pod Running and Ready, each with the native sidecar.
 	var pods []corev1.Pod
@@ -212,7 +214,7 @@ func TestRealNodesMesh(t *testing.T) {
 	q := scrapeWithPrometheus(t, targets, `sum(istio_requests_total{connection_security_policy="mutual_tls",reporter="destination"})`)
 	t.Logf("Prometheus: %s", q)
 
-	// Locality failover, the design notes' story, on real nodes. With
+	// Locality failover, the story of docs/design.md, on real nodes. With
 	// meshlet.io/failover-labels the control plane gives the client (on
 	// node-a) its own zone's endpoints at priority 0: only the zone-a echo
 	// pod answers. With that pod gone (node-a cordoned, the pod deleted:
@@ -304,11 +306,12 @@ func TestRealNodesMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secure-0",
-		Labels: map[string]string{"app": "secure"}, Annotations: map[string]string{webhook.MTLSModeAnnotation: "STRICT"}},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-b", Containers: []corev1.Container{app()}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createThroughWebhook(t, "pod shop/secure-0", func() error {
+		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secure-0",
+			Labels: map[string]string{"app": "secure"}, Annotations: map[string]string{webhook.MTLSModeAnnotation: "STRICT"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-b", Containers: []corev1.Container{app()}}}, metav1.CreateOptions{})
+		return err
+	})
 	secure := waitPodReady(t, c, "shop", "secure-0", 90*time.Second)
 	t.Logf("STRICT pod secure-0 Ready (its rewritten readiness probe: %s)", describeProbe(secure))
 	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + secure.Status.PodIP + ":8080/"); err == nil {

@@ -2,7 +2,7 @@
 # Builds every tool the e2e suite runs from the Go module proxy: etcd
 # v3.7.0, kube-apiserver, kube-controller-manager, kubectl, kubelet,
 # kube-scheduler and kube-proxy v1.37.2 (see
-# shared/reference/k8s-local-control-plane.md and k8s-real-nodes.md),
+# docs/testing.md),
 # CoreDNS v1.14.2 with the plugins cluster DNS uses (tools/coredns; v1.15
 # needs gRPC 1.84, whose go-spiffe SPIRE 1.13.3 does not build against),
 # spire-server and spire-agent v1.13.3, and the local image packer
@@ -22,7 +22,7 @@
 #                         vet and the unit tests compile)
 #   e2e/tools.sh update   rewrite e2e/tools/go.mod and go.sum from the
 #                         versions below (network; then commit them)
-# Cold: ~20 min on 2 cores; cached: instant.
+# Cold: 10-25 min on 2 cores, with progress on stderr; cached: instant.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./k8s-module.sh
@@ -88,7 +88,27 @@ if [ "$mode" = fetch ]; then
 fi
 if ! built; then
   rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
-  go build -ldflags "$(k8s_ldflags) -s -w" -o "$bin.tmp/" "${targets[@]}" >&2
+  # Progress on stderr every 30 s: packages compiled of those the build
+  # needs (go build -v names each as it is built) and the latest one.
+  total=$(go list -deps "${targets[@]}" | wc -l)
+  echo "e2e/tools.sh: building etcd $ETCD, Kubernetes $K8S (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), SPIRE $SPIRE, CoreDNS $COREDNS and mkimage into $bin (one go build, $total packages; 10-25 min cold)" >&2
+  log="$bin.tmp/build.log"
+  start=$SECONDS
+  go build -v -ldflags "$(k8s_ldflags) -s -w" -o "$bin.tmp/" "${targets[@]}" 2>"$log" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null && sleep 1; done
+    kill -0 "$pid" 2>/dev/null || break
+    n=$(grep -c -v '^#' "$log" || true)
+    printf 'e2e/tools.sh: %dm%02ds: %s of %s packages compiled (latest %s)\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$n" "$total" "$(tail -n 1 "$log")" >&2
+  done
+  if ! wait "$pid"; then
+    grep -v '^[a-z0-9.-]*\(/[^ ]*\)\?$' "$log" >&2 || tail -n 50 "$log" >&2
+    echo "e2e/tools.sh: the tools' go build failed (log above)" >&2
+    exit 1
+  fi
+  rm -f "$log"
+  echo "e2e/tools.sh: built in $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s" >&2
   rm -rf "$bin" && mv "$bin.tmp" "$bin"
 fi
 echo "$bin"

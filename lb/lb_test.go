@@ -50,7 +50,8 @@ func share(t testing.TB, s *Snapshot, n int, key func(*Host) string) map[string]
 func byPriority(h *Host) string { return fmt.Sprint("P", h.Priority) }
 func byZone(h *Host) string     { return h.Locality.Zone }
 
-// Seed 004: two data centres of 4 hosts, dc1 at P0 losing hosts one by one.
+// The failover table (docs/design.md, "The failover story"): two data
+// centres of 4 hosts, dc1 at P0 losing hosts one by one.
 // The share that stays in dc1 is min(100, health x factor), analytically and
 // over 100,000 picks.
 func TestSeedFailoverTable(t *testing.T) {
@@ -74,8 +75,9 @@ func TestSeedFailoverTable(t *testing.T) {
 	}
 }
 
-// Seed 000: local 40/40/20 % against upstream 25/50/25 %: residual routing
-// keeps 62.5 % in the own zone, sends 25 % to B and 12.5 % to C.
+// The residual example (docs/design.md, "Zone-aware routing"): local
+// 40/40/20 % against upstream 25/50/25 %: residual routing keeps 62.5 % in
+// the own zone, sends 25 % to B and 12.5 % to C.
 func TestSeedResidualExample(t *testing.T) {
 	var ids HostID
 	up := append(append(hostsIn(&ids, 0, "a", 2, 0), hostsIn(&ids, 0, "b", 4, 0)...), hostsIn(&ids, 0, "c", 2, 0)...)

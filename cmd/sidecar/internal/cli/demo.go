@@ -19,7 +19,7 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
-// demo is `sidecar demo`: the seeds' failover story, live. It starts the
+// demo is `sidecar demo`: the failover story of docs/design.md, live. It starts the
 // embedded example's upstreams on loopback in three zones, the sidecar
 // with that config and a load generator, then kills an upstream, drains
 // zone a and brings everything back, printing each second where traffic

@@ -1,0 +1,38 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain gives the run one temporary directory, named as bpf/sweep.sh
+// expects (meshlet-test-<pid>-tmp), as TMPDIR for the tests and every
+// process they start (containerd's image-import layers, the built
+// binaries, the tests' own directories), and removes it at the end; a
+// killed run's is removed by the sweep.
+func TestMain(m *testing.M) {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("meshlet-test-%d-tmp", os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: temporary directory: %v\n", err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", dir)
+	code := m.Run()
+	// Mounts the nodes made are undone by their tests; one still there
+	// means a test's teardown failed, and removing through it would reach
+	// into what it mounts.
+	if left := mountPoints(func(point, _ string) bool { return strings.HasPrefix(point, dir+"/") }); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: e2e: mounts left under %s: %v\n", dir, left)
+		os.Exit(1)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: e2e: remove %s: %v\n", dir, err)
+		code = 1
+	}
+	os.Exit(code)
+}
