@@ -1,8 +1,12 @@
 // Command injector is meshlet's control plane: `injector serve` runs the
 // injection webhook, the mesh CA with SDS, xDS discovery and metrics
 // (package injector); `injector inject -f manifest.yaml` prints a manifest
-// as admission would store it (like `istioctl kube-inject`).
+// as admission would store it (like `istioctl kube-inject`). Their flags
+// are listed in docs/reference/cli.md, generated from the FlagSets
+// (TestCLIReference).
 package main
+
+//go:generate go test -trimpath -tags grpcnotrace -run ^TestCLIReference$ . -update
 
 import (
 	"context"
@@ -21,17 +25,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/injector"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
-
-const usage = `usage:
-  injector serve [-kubeconfig FILE] [-namespace meshlet-system] [-trust-domain cluster.local] [-image IMAGE]
-                 [-webhook-addr :9443] [-grpc-addr :15012] [-monitoring-addr :15014]
-                 [-control-plane HOST:PORT] [-extra-hosts H1,H2] [-image-pull-policy IfNotPresent]
-      run the control plane (in-cluster config unless -kubeconfig)
-  injector inject -f manifest.yaml [-image IMAGE] [-server-minor 30]
-      print the manifest with the meshlet sidecar injected into its Pods and pod templates ("-f -" reads stdin)`
 
 func main() {
 	if err := run(os.Args[1:], os.Stdin, os.Stdout); err != nil {
@@ -40,83 +37,107 @@ func main() {
 	}
 }
 
-func run(args []string, stdin io.Reader, out io.Writer) error {
-	if len(args) > 0 && args[0] == "serve" {
-		return serve(args[1:])
+// program is the injector binary's command line; inject reads "-f -"
+// from stdin.
+func program(stdin io.Reader) *cmdline.Program {
+	return &cmdline.Program{
+		Name: "injector",
+		Doc:  "meshlet's control plane (the injection webhook, the mesh CA with SDS, xDS discovery) and its manifest dry run.",
+		Commands: []*cmdline.Command{
+			{Name: "serve", Flags: serveFlags,
+				Summary: "run the control plane (in-cluster config unless -kubeconfig)",
+				Doc: `Runs the control plane: loads the mesh CA from the meshlet-ca Secret or
+creates it there once; serves the injection webhook with a certificate the
+CA issues; keeps the webhook configuration's caBundle and every
+namespace's meshlet-root-ca ConfigMap equal to the CA root; serves SDS and
+xDS on one TLS gRPC port, authenticating each stream's ServiceAccount
+token with a TokenReview; and exposes Prometheus metrics. SIGTERM or an
+interrupt stops it.`},
+			{Name: "inject", Flags: func(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) error {
+				return injectFlags(fs, getenv, stdin)
+			},
+				Summary: "print a manifest with the sidecar injected, as admission would store it",
+				Doc: `Prints the manifest of -f with the meshlet sidecar injected into its Pods
+and the pod templates of Deployments, StatefulSets, DaemonSets,
+ReplicaSets, Jobs and CronJobs, as admission would store them (like
+istioctl kube-inject); other objects, and pods that opt out, pass
+unchanged.`},
+		},
 	}
-	if len(args) == 0 || args[0] != "inject" {
-		return fmt.Errorf("%s", usage)
-	}
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	file := fs.String("f", "", "manifest file, or - for stdin")
-	cfg := webhook.DefaultConfig()
-	fs.StringVar(&cfg.Image, "image", cfg.Image, "sidecar image")
-	fs.IntVar(&cfg.ServerMinor, "server-minor", 0, "Kubernetes minor version of the target cluster (below 29: classic sidecar)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return fmt.Errorf("inject: %w\n%s", err, usage)
-	}
-	if *file == "" {
-		return fmt.Errorf("inject: need -f FILE\n%s", usage)
-	}
-	var data []byte
-	var err error
-	if *file == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		return fmt.Errorf("inject: read %s: %w", *file, err)
-	}
-	res, err := webhook.InjectManifest(data, cfg)
-	if err != nil {
-		return err
-	}
-	_, err = out.Write(res)
-	return err
 }
 
-func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	opts := injector.DefaultOptions()
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
-	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the CA Secret")
-	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain")
-	fs.DurationVar(&opts.CertTTL, "workload-cert-ttl", opts.CertTTL, "lifetime of workload certificates (0: 24h)")
-	fs.StringVar(&opts.Sidecar.Image, "image", opts.Sidecar.Image, "sidecar image to inject")
-	fs.IntVar(&opts.Sidecar.Concurrency, "concurrency", opts.Sidecar.Concurrency, "the sidecar's worker count at most (0: one per usable CPU); pods override it with the meshlet.io/concurrency annotation")
-	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "webhook HTTPS listen address")
-	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "SDS + xDS listen address")
-	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "metrics listen address")
-	controlPlane := fs.String("control-plane", "", "the SDS / xDS address injected sidecars dial (default: the Service, meshlet-injector.NAMESPACE.svc and the -grpc-addr port); an IP where pods have no cluster DNS")
-	extraHosts := fs.String("extra-hosts", "", "comma-separated names and IPs added to the control plane's serving certificate (the Service names are always in it)")
-	pullPolicy := fs.String("image-pull-policy", string(opts.Sidecar.ImagePullPolicy), "the injected sidecar's imagePullPolicy: Always, IfNotPresent or Never")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("serve: %w\n%s", err, usage)
-	}
-	if *controlPlane != "" {
-		if _, _, err := net.SplitHostPort(*controlPlane); err != nil {
-			return fmt.Errorf("serve: -control-plane %q: want HOST:PORT: %w", *controlPlane, err)
+// run runs the command line args (without the binary's name), reading
+// stdin for "inject -f -" and writing results and -help's usage to out.
+func run(args []string, stdin io.Reader, out io.Writer) error {
+	return program(stdin).Main(args, out)
+}
+
+func injectFlags(fs *flag.FlagSet, _ func(string) string, stdin io.Reader) func(io.Writer) error {
+	file := fs.String("f", "", "manifest `FILE` to inject (YAML, several documents allowed); - reads stdin. Required.")
+	cfg := webhook.DefaultConfig()
+	fs.StringVar(&cfg.Image, "image", cfg.Image, "sidecar `IMAGE` to inject.")
+	fs.IntVar(&cfg.ServerMinor, "server-minor", 0, "Kubernetes minor version `N` of the target cluster (1.N): below 29 the sidecar is injected as a classic sidecar (the first container, with a sidecar wait postStart hook), else as a native one (an init container with restartPolicy Always); 0: native.")
+	return func(out io.Writer) error {
+		if *file == "" {
+			return cmdline.Usagef("need -f FILE")
 		}
-		opts.Sidecar.ControlPlane, opts.ControlPlaneService = *controlPlane, ""
+		var data []byte
+		var err error
+		if *file == "-" {
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(*file)
+		}
+		if err != nil {
+			return fmt.Errorf("inject: read %s: %w", *file, err)
+		}
+		res, err := webhook.InjectManifest(data, cfg)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(res)
+		return err
 	}
-	for _, h := range strings.Split(*extraHosts, ",") {
+}
+
+func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
+	opts := injector.DefaultOptions()
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` to reach the API server with. Empty: the in-cluster config (the pod's ServiceAccount).")
+	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "the control plane's `NAMESPACE`: where the meshlet-ca Secret lives, and the namespace of the Service injected sidecars dial by default (see -control-plane).")
+	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust `DOMAIN` of the mesh's identities (spiffe://DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT), also given to injected sidecars as MESHLET_TRUST_DOMAIN.")
+	fs.DurationVar(&opts.CertTTL, "workload-cert-ttl", opts.CertTTL, "lifetime `TTL` of the workload certificates the CA issues over SDS; sidecars renew them before they expire. 0: 24h.")
+	fs.StringVar(&opts.Sidecar.Image, "image", opts.Sidecar.Image, "sidecar `IMAGE` to inject; a pod's meshlet.io/proxy-image annotation overrides it.")
+	fs.StringVar((*string)(&opts.Sidecar.ImagePullPolicy), "image-pull-policy", string(opts.Sidecar.ImagePullPolicy), "the injected sidecar's imagePullPolicy `POLICY`: Always, IfNotPresent or Never.")
+	fs.IntVar(&opts.Sidecar.Concurrency, "concurrency", opts.Sidecar.Concurrency, "run at most `N` workers in each injected sidecar (its MESHLET_CONCURRENCY, sidecar run -concurrency), fewer where its CPU limit allows fewer; 0: one per usable CPU, which without a CPU limit is every CPU of the node. A pod's meshlet.io/concurrency annotation overrides it.")
+	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "listen `ADDR` of the injection webhook (HTTPS).")
+	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "listen `ADDR` of SDS and xDS (gRPC over TLS, one port).")
+	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "listen `ADDR` of the Prometheus metrics (/metrics).")
+	controlPlane := fs.String("control-plane", "", "the SDS and xDS address `HOST:PORT` injected sidecars dial. Empty: the Service, meshlet-injector.NAMESPACE.svc with the -grpc-addr port; an IP where pods have no cluster DNS.")
+	extraHosts := fs.String("extra-hosts", "", "`HOSTS`, comma-separated names and IPs, added to the control plane's serving certificate; the Service's names are always in it.")
+	return func(io.Writer) error { return serve(opts, *kubeconfig, *controlPlane, *extraHosts) }
+}
+
+func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) error {
+	if controlPlane != "" {
+		if _, _, err := net.SplitHostPort(controlPlane); err != nil {
+			return cmdline.Usagef("-control-plane %q: want HOST:PORT: %v", controlPlane, err)
+		}
+		opts.Sidecar.ControlPlane, opts.ControlPlaneService = controlPlane, ""
+	}
+	for _, h := range strings.Split(extraHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			opts.Hosts = append(opts.Hosts, h)
 		}
 	}
-	switch p := corev1.PullPolicy(*pullPolicy); p {
+	switch opts.Sidecar.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-		opts.Sidecar.ImagePullPolicy = p
 	default:
-		return fmt.Errorf("serve: -image-pull-policy %q: want Always, IfNotPresent or Never", *pullPolicy)
+		return cmdline.Usagef("-image-pull-policy %q: want Always, IfNotPresent or Never", opts.Sidecar.ImagePullPolicy)
 	}
 	var cfg *rest.Config
 	var err error
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}

@@ -1,6 +1,7 @@
 // Command sidecar is meshlet's per-pod proxy: `sidecar run` runs the data
 // plane from a static config; `sidecar lb simulate` runs the load-balancer
-// simulator.
+// simulator. `sidecar help` lists every command, `sidecar COMMAND -help`
+// its flags; docs/reference/cli.md has them all.
 package main
 
 import (

@@ -19,19 +19,18 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
-// demo is `sidecar demo`: the failover story of docs/design.md, live. It starts the
-// embedded example's upstreams on loopback in three zones, the sidecar
-// with that config and a load generator, then kills an upstream, drains
-// zone a and brings everything back, printing each second where traffic
-// went (per zone) and with which response flags.
-func demo(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	phase := fs.Duration("phase", 4*time.Second, "length of each of the four phases")
-	rate := fs.Int("rps", 200, "requests per second of the load generator")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("demo: %w\n%s", err, usage)
-	}
+// demoFlags defines the flags of `sidecar demo`: the failover story of
+// docs/design.md, live. It starts the embedded example's upstreams on loopback in
+// three zones, the sidecar with that config and a load generator, then
+// kills an upstream, drains zone a and brings everything back, printing
+// each second where traffic went (per zone) and with which response flags.
+func demoFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
+	phase := fs.Duration("phase", 4*time.Second, "`DURATION` of each of the four phases: steady, an upstream killed, zone a drained, all restored.")
+	rate := fs.Int("rps", 200, "`N` requests per second from the load generator.")
+	return func(out io.Writer) error { return demo(*phase, *rate, out) }
+}
+
+func demo(phase time.Duration, rate int, out io.Writer) error {
 	cfg, err := loadConfig("")
 	if err != nil {
 		return err
@@ -90,7 +89,7 @@ func demo(args []string, out io.Writer) error {
 	go func() {
 		defer wg.Done()
 		client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		t := time.NewTicker(time.Second / time.Duration(max(*rate, 1)))
+		t := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
 		defer t.Stop()
 		for {
 			select {
@@ -127,7 +126,7 @@ func demo(args []string, out io.Writer) error {
 		}
 	}()
 
-	fmt.Fprintf(out, "meshlet demo: sidecar in zone a, upstreams %s, load %d rps on %s\n", demoHosts(echo), *rate, target)
+	fmt.Fprintf(out, "meshlet demo: sidecar in zone a, upstreams %s, load %d rps on %s\n", demoHosts(echo), rate, target)
 	fmt.Fprintf(out, "clients run 60/20/20 %% in zones a/b/c and echo has 50/25/25 %% of its hosts there: zone-aware routing keeps ~83 %% in a\n")
 	fmt.Fprintf(out, "while it runs: curl http://%s/clusters   curl http://%s/stats/prometheus\n\n", srv.AdminAddrs()["admin"], srv.AdminAddrs()["prometheus"])
 	fmt.Fprintf(out, "%-6s %-42s %5s %7s %7s %7s  %-9s %-18s %7s  %s\n", "time", "phase", "req", "zone a", "zone b", "zone c", "failures", "zone routing", "retries", "healthy hosts")
@@ -151,7 +150,7 @@ func demo(args []string, out io.Writer) error {
 		if p.act != nil {
 			p.act()
 		}
-		end := time.Now().Add(*phase)
+		end := time.Now().Add(phase)
 		for time.Now().Before(end) {
 			time.Sleep(min(time.Second, time.Until(end)))
 			mu.Lock()

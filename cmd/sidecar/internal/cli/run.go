@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/bpf"
+	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/dataplane"
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/discovery"
@@ -25,104 +27,129 @@ import (
 	"github.com/meshlet-dev/meshlet/sds"
 )
 
-// run is `sidecar run`: the data plane from a static config file, reloaded
-// on SIGHUP or when the file changes, drained on SIGTERM.
-func run(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	path := fs.String("config", "", "static config file (default: the embedded examples/sidecar/sidecar.yaml)")
-	redirectMode := fs.String("redirect", "none", "traffic capture: none (explicit listeners) or ebpf")
-	podCgroup := fs.String("pod-cgroup", "", "with -redirect=ebpf: the pod's cgroup v2 directory (default: MESHLET_POD_CGROUP, else the parent of the sidecar's cgroup)")
-	accelerate := fs.Bool("accelerate", os.Getenv("MESHLET_ACCELERATE") == "true",
-		"with -redirect=ebpf: short-circuit the pod's loopback hops (app <-> sidecar) with sockops + sk_msg (default: MESHLET_ACCELERATE=true)")
-	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	watch := fs.Duration("watch", 2*time.Second, "how often to check the config file for changes (0: only on SIGHUP)")
-	xdsAddr := fs.String("xds", "", "control plane address for clusters and routes over ADS (merged into the static config)")
-	nodeID := fs.String("node-id", "", "xDS node id (default: POD_NAME.POD_NAMESPACE, else the config's node.id)")
-	xdsCA := fs.String("xds-ca", "", "PEM root the control plane's TLS certificate must chain to (empty: plaintext)")
-	xdsToken := fs.String("xds-token", "", "file with the ServiceAccount token sent to the control plane (needs -xds-ca)")
-	xdsSotw := fs.Bool("xds-sotw", false, "use the state-of-the-world ADS protocol instead of delta (incremental) xDS")
-	sdsAddr := fs.String("sds", "", "SDS server of the workload certificate: host:port (the control plane, TLS against -sds-ca with the token in -sds-token) or unix:///path (a SPIRE agent); enables mTLS")
-	sdsCA := fs.String("sds-ca", "", "PEM root of the SDS server's TLS certificate (default: -xds-ca)")
-	sdsToken := fs.String("sds-token", "", "file with the ServiceAccount token sent to the SDS server (default: -xds-token)")
-	identityFlag := fs.String("identity", "", "SPIFFE ID the sidecar requests by CSR (default with -pod: spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT; none with a unix -sds: the server delivers key and ID)")
-	defaultUID, err := envCount("MESHLET_PROXY_UID", bpf.DefaultProxyUID, "0 (stay root) or a uid")
-	if err != nil {
-		return err
+// runOptions are the flags of `sidecar run`.
+type runOptions struct {
+	config, redirect, podCgroup, logLevel string
+	xds, nodeID, xdsCA, xdsToken          string
+	sds, sdsCA, sdsToken, identity        string
+	pod, accelerate, xdsSotw              bool
+	adaptiveProcs, releaseBinary          bool
+	releaseIdle, singlePage               bool
+	watch                                 time.Duration
+	proxyUID, concurrency                 int
+	envErr                                error // the first bad variable behind a default
+}
+
+// runFlags defines the flags of `sidecar run` on fs, the defaults of some
+// from the environment, and returns the command.
+func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) error {
+	o := &runOptions{}
+	envBool := func(name string, def bool) bool {
+		b, err := envBool(getenv, name, def)
+		o.envErr = cmp.Or(o.envErr, err)
+		return b
 	}
-	proxyUID := fs.Int("proxy-uid", defaultUID,
-		"with -redirect=ebpf: once the redirect is attached and the listeners registered, the sidecar switches to this uid and gid and drops every capability (default: MESHLET_PROXY_UID, else 1337); 0 stays root")
-	defaultConcurrency, err := envCount("MESHLET_CONCURRENCY", 0, "a worker count (0: one per usable CPU)")
-	if err != nil {
-		return err
+	envCount := func(name string, def int, want string) int {
+		n, err := envCount(getenv, name, def, want)
+		o.envErr = cmp.Or(o.envErr, err)
+		return n
 	}
-	concurrency := fs.Int("concurrency", defaultConcurrency,
-		"workers at most, one per usable CPU below that (default: MESHLET_CONCURRENCY, which the injector sets to 2; 0: one per usable CPU)")
-	defaultAdaptive, err := envBool("MESHLET_ADAPTIVE_PROCS", true)
-	if err != nil {
-		return err
-	}
-	defaultRelease, err := envBool("MESHLET_RELEASE_BINARY_PAGES", true)
-	if err != nil {
-		return err
-	}
-	defaultIdle, err := envBool("MESHLET_RELEASE_MEMORY_WHEN_IDLE", true)
-	if err != nil {
-		return err
-	}
-	defaultSinglePage, err := envBool("MESHLET_SINGLE_PAGE_BINARY_FAULTS", true)
-	if err != nil {
-		return err
-	}
-	adaptiveProcs := fs.Bool("adaptive-procs", defaultAdaptive,
-		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, on one again after 2 s under half a CPU (processors with little to do cost CPU per request); the workers stay (default: MESHLET_ADAPTIVE_PROCS, else true)")
-	releaseBinary := fs.Bool("release-binary-pages", defaultRelease,
-		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages (start-up and config loading touch most of it; the request path maps back what it uses) (default: MESHLET_RELEASE_BINARY_PAGES, else true)")
-	releaseIdle := fs.Bool("release-memory-when-idle", defaultIdle,
-		"when the sidecar goes quiet (under 32 KiB allocated in a second) after a busy spell (2 MiB since the last release, at most one release per 10 s), return the heap's free memory and the binary's pages at once, as after configuration changes (default: MESHLET_RELEASE_MEMORY_WHEN_IDLE, else true)")
-	singlePage := fs.Bool("single-page-binary-faults", defaultSinglePage,
-		"map the sidecar's own executable a page at a time, not the kernel's 64 KiB around each touched page: 4-7 MiB less RSS under load (Linux 6.7+ on x86-64, userfaultfd allowed; elsewhere the sidecar says why at start and runs as without) (default: MESHLET_SINGLE_PAGE_BINARY_FAULTS, else true)")
-	pod := fs.Bool("pod", false, "in a Kubernetes pod: the built-in pod config (outbound 127.0.0.1:15001, inbound :15006 to the app ports in MESHLET_APP_PORTS, health :15021, Prometheus :15090) instead of -config")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("run: %w\n%s", err, usage)
+	// Where the config comes from.
+	fs.StringVar(&o.config, "config", "",
+		"static config `FILE` (Envoy-style YAML), reloaded on SIGHUP and, see -watch, when it changes; an invalid file is refused and the running config kept. Empty: the embedded examples/sidecar/sidecar.yaml. Exclusive with -pod.")
+	fs.BoolVar(&o.pod, "pod", false,
+		"in a Kubernetes pod: build the config from the pod's environment instead of -config: outbound listener 127.0.0.1:15001, inbound :15006 with one route per app port in MESHLET_APP_PORTS, health :15021, Prometheus :15090, admin on loopback, inbound mTLS mode from MESHLET_MTLS_MODE (STRICT, or PERMISSIVE, the default). Exclusive with -config.")
+	fs.DurationVar(&o.watch, "watch", 2*time.Second,
+		"check the -config file for changes every `INTERVAL`; 0: reload only on SIGHUP.")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error.")
+	// Control plane and identity.
+	fs.StringVar(&o.xds, "xds", "",
+		"ADS control plane at `HOST:PORT` to take clusters and outbound routes from, merged over the base config (a reload of the config keeps them); readiness waits for the first complete configuration. Empty: the static config alone.")
+	fs.BoolVar(&o.xdsSotw, "xds-sotw", false,
+		"use the state-of-the-world ADS protocol instead of delta (incremental) xDS, the default: delta brings a change to every sidecar of a large mesh sooner and costs the control plane a fraction of the CPU.")
+	fs.StringVar(&o.xdsCA, "xds-ca", "",
+		"PEM root `FILE` the control plane's TLS certificate must chain to. Empty: plaintext xDS, and no token is sent.")
+	fs.StringVar(&o.xdsToken, "xds-token", "",
+		"`FILE` holding the ServiceAccount token sent to the control plane as authorization: Bearer, re-read for each stream (a rotated token is picked up); needs -xds-ca, a token is never sent without TLS.")
+	fs.StringVar(&o.nodeID, "node-id", "",
+		"xDS node `ID`. Empty: $POD_NAME.$POD_NAMESPACE when POD_NAME is set, else the config's node.id.")
+	fs.StringVar(&o.sds, "sds", "",
+		"SDS server `ADDR` of the workload certificate and trust bundle: HOST:PORT, the control plane, over TLS against -sds-ca with the token in -sds-token; or unix:///PATH, a SPIRE agent's socket. Turns on mTLS; readiness waits for the first certificate.")
+	fs.StringVar(&o.sdsCA, "sds-ca", "",
+		"PEM root `FILE` of the SDS server's TLS certificate. Empty: -xds-ca.")
+	fs.StringVar(&o.sdsToken, "sds-token", "",
+		"`FILE` holding the ServiceAccount token sent to the SDS server. Empty: -xds-token.")
+	fs.StringVar(&o.identity, "identity", "",
+		"the `SPIFFE-ID` the sidecar requests by CSR from the SDS server. Empty: with -pod, spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT (trust domain default cluster.local); with a unix:// -sds none, as a SPIRE agent delivers key and ID.")
+	// Traffic capture.
+	fs.StringVar(&o.redirect, "redirect", "none",
+		"traffic capture `MODE`: none, the app dials the sidecar's listeners; or ebpf, load and attach the eBPF capture (cgroup connect and sk_lookup programs) to the pod's cgroup before any listener starts, which needs CAP_BPF and CAP_NET_ADMIN (root). Exclusions come from MESHLET_EXCLUDE_INBOUND_PORTS, MESHLET_EXCLUDE_OUTBOUND_PORTS and MESHLET_EXCLUDE_OUTBOUND_CIDRS.")
+	fs.StringVar(&o.podCgroup, "pod-cgroup", "",
+		"with -redirect=ebpf: the pod's cgroup v2 `DIR` to attach to. Empty: $MESHLET_POD_CGROUP, else the pod's cgroup found by POD_UID under $MESHLET_HOST_CGROUP, else the parent of the sidecar's own cgroup.")
+	fs.IntVar(&o.proxyUID, "proxy-uid", envCount("MESHLET_PROXY_UID", bpf.DefaultProxyUID, "0 (stay root) or a uid"),
+		"with -redirect=ebpf as root: once the redirect is attached and the listeners registered, switch every thread to this `UID` (and gid) with no capability left, before dialling SDS or xDS; 0 stays root. Where the kernel (before 6.5, unless kernel.unprivileged_bpf_disabled=0) keeps the maps from an unprivileged process, the sidecar stays root with a warning. Default from $MESHLET_PROXY_UID when set.")
+	fs.BoolVar(&o.accelerate, "accelerate", getenv("MESHLET_ACCELERATE") == "true",
+		"with -redirect=ebpf: short-circuit the pod's loopback hops between app and sidecar with sockops + sk_msg (an app that reads a loopback socket with splice(2) does not see accelerated bytes). Default true when $MESHLET_ACCELERATE is \"true\" (the meshlet.io/accelerate annotation).")
+	// Resources.
+	fs.IntVar(&o.concurrency, "concurrency", envCount("MESHLET_CONCURRENCY", 0, "a worker count (0: one per usable CPU)"),
+		"run at most `N` workers, fewer where the CPU limit or affinity allows fewer; 0: one per usable CPU, which without a CPU limit is every CPU of the node, each idle one costing scheduler CPU. The injector sets 2 (meshlet.io/concurrency annotation). Default from $MESHLET_CONCURRENCY when set.")
+	fs.BoolVar(&o.adaptiveProcs, "adaptive-procs", envBool("MESHLET_ADAPTIVE_PROCS", true),
+		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, and on one again after 2 s under half a CPU, since a processor with little to do costs CPU per request; the count at start is the ceiling, also if the CPU limit is raised later. The cost: on one processor a CPU-bound moment (a large xDS update, a burst of TLS handshakes) delays requests until it ends or the second processor is added. /stats server.go_processors shows the count. false: one processor per worker. Default from $MESHLET_ADAPTIVE_PROCS when set.")
+	fs.BoolVar(&o.releaseBinary, "release-binary-pages", envBool("MESHLET_RELEASE_BINARY_PAGES", true),
+		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages: start-up and config loading touch most of the binary, and what is used again is mapped back from the page cache; pages it holds a private copy of (a debugger's breakpoint, a uprobe) are kept. false: keep them mapped. Default from $MESHLET_RELEASE_BINARY_PAGES when set.")
+	fs.BoolVar(&o.releaseIdle, "release-memory-when-idle", envBool("MESHLET_RELEASE_MEMORY_WHEN_IDLE", true),
+		"when traffic stops (the first second allocating under 32 KiB after a busy spell of 2 MiB allocated since the last release; at most one release per 10 s), return the heap's free memory and the binary's pages, as after configuration changes. false: do not. Default from $MESHLET_RELEASE_MEMORY_WHEN_IDLE when set.")
+	fs.BoolVar(&o.singlePage, "single-page-binary-faults", envBool("MESHLET_SINGLE_PAGE_BINARY_FAULTS", true),
+		"map the sidecar's own executable a page at a time, not the kernel's 64 KiB around each page faulted in, for less RSS under load (its read-only mappings registered with a userfaultfd in asynchronous write-protect mode; the pages stay in the page cache). Needs Linux 6.7+ on x86-64 with userfaultfd allowed; where the kernel, a seccomp RuntimeDefault profile or an LSM refuses it, the sidecar says so at start (info level) and runs as without. false: the kernel's fault-around. Default from $MESHLET_SINGLE_PAGE_BINARY_FAULTS when set.")
+	return o.run
+}
+
+// run is `sidecar run` with args.
+func run(args []string, out io.Writer) error { return command("run", args, out) }
+
+// run runs the data plane from a static config file, reloaded on SIGHUP
+// or when the file changes, drained on SIGTERM.
+func (o *runOptions) run(out io.Writer) error {
+	if o.envErr != nil {
+		return o.envErr
 	}
 	var lv slog.LevelVar
-	if err := lv.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("run: -log-level %q: want debug, info, warn or error", *level)
+	if err := lv.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return cmdline.Usagef("-log-level %q: want debug, info, warn or error", o.logLevel)
 	}
-	switch *redirectMode {
+	switch o.redirect {
 	case "none", "ebpf":
 	default:
-		return fmt.Errorf("run: -redirect %q: want none or ebpf", *redirectMode)
+		return cmdline.Usagef("-redirect %q: want none or ebpf", o.redirect)
 	}
-	if *proxyUID < 0 || *proxyUID > 1<<31-2 {
-		return fmt.Errorf("run: -proxy-uid %d: want 0 (stay root) or a uid", *proxyUID)
+	if o.proxyUID < 0 || o.proxyUID > 1<<31-2 {
+		return cmdline.Usagef("-proxy-uid %d: want 0 (stay root) or a uid", o.proxyUID)
 	}
-	if *concurrency < 0 {
-		return fmt.Errorf("run: -concurrency %d: want a worker count (0: one per usable CPU)", *concurrency)
+	if o.concurrency < 0 {
+		return cmdline.Usagef("-concurrency %d: want a worker count (0: one per usable CPU)", o.concurrency)
 	}
-	limitConcurrency(*concurrency)
+	if o.pod && o.config != "" {
+		return cmdline.Usagef("-pod and -config are exclusive")
+	}
+	limitConcurrency(o.concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
-	releaseMemory.configure(log, *releaseBinary)
-	if *singlePage {
+	releaseMemory.configure(log, o.releaseBinary)
+	if o.singlePage {
 		if n, err := singlePageImageFaults(); err != nil {
 			log.Info("the kernel maps 64 KiB around each page of the binary the sidecar touches", "err", err)
 		} else {
 			log.Debug("the binary is mapped a page at a time", "bytes", n)
 		}
 	}
-	if *pod && *path != "" {
-		return fmt.Errorf("run: -pod and -config are exclusive")
-	}
 	load := func() (*config.Config, error) {
-		if *pod {
+		if o.pod {
 			return podConfig(os.Getenv)
 		}
-		return loadConfig(*path)
+		return loadConfig(o.config)
 	}
 	// The stamp is taken before the first read: a change written while
 	// the sidecar starts is reloaded at the first tick, not missed.
-	stamp := fileStamp(*path)
+	stamp := fileStamp(o.config)
 	cfg, err := load()
 	if err != nil {
 		return err
@@ -133,28 +160,28 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: *xdsAddr != "" || *sdsAddr != "",
-		AdaptiveProcs: *adaptiveProcs}
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: o.xds != "" || o.sds != "",
+		AdaptiveProcs: o.adaptiveProcs}
 	gate := &readiness{}
 	var sdsClient *sds.Client
-	if *xdsAddr != "" {
+	if o.xds != "" {
 		gate.left++
 	}
-	if *sdsAddr != "" {
+	if o.sds != "" {
 		gate.left++
-		d := sdsDial{target: *sdsAddr, caFile: *sdsCA, tokenFile: *sdsToken}
+		d := sdsDial{target: o.sds, caFile: o.sdsCA, tokenFile: o.sdsToken}
 		if d.caFile == "" {
-			d.caFile = *xdsCA
+			d.caFile = o.xdsCA
 		}
 		if d.tokenFile == "" {
-			d.tokenFile = *xdsToken
+			d.tokenFile = o.xdsToken
 		}
 		switch {
-		case *identityFlag != "":
-			if d.id, err = spiffeid.FromString(*identityFlag); err != nil {
-				return fmt.Errorf("run: -identity %q: %w", *identityFlag, err)
+		case o.identity != "":
+			if d.id, err = spiffeid.FromString(o.identity); err != nil {
+				return cmdline.Usagef("-identity %q: %v", o.identity, err)
 			}
-		case *pod && !strings.HasPrefix(d.target, "unix:"):
+		case o.pod && !strings.HasPrefix(d.target, "unix:"):
 			if d.id, err = podIdentity(os.Getenv); err != nil {
 				return err
 			}
@@ -164,10 +191,10 @@ func run(args []string, out io.Writer) error {
 		}
 	}
 	var rd *redirect
-	if *redirectMode == "ebpf" {
+	if o.redirect == "ebpf" {
 		// Attach before any listener exists and before readiness: the
 		// app's connects are captured from the first one.
-		if rd, err = setupRedirect(cfg, *podCgroup, *accelerate, *proxyUID); err != nil {
+		if rd, err = setupRedirect(cfg, o.podCgroup, o.accelerate, o.proxyUID); err != nil {
 			return err
 		}
 		defer rd.close()
@@ -198,10 +225,10 @@ func run(args []string, out io.Writer) error {
 		}
 		// Everything that needed root is done: the programs are attached,
 		// the listeners bound and in the maps.
-		if *proxyUID > 0 && os.Geteuid() == 0 {
-			switch err := dropPrivileges(*proxyUID, *proxyUID, rd.probe); {
+		if o.proxyUID > 0 && os.Geteuid() == 0 {
+			switch err := dropPrivileges(o.proxyUID, o.proxyUID, rd.probe); {
 			case err == nil:
-				log.Info("running unprivileged", "uid", *proxyUID, "gid", *proxyUID)
+				log.Info("running unprivileged", "uid", o.proxyUID, "gid", o.proxyUID)
 			case errors.Is(err, errMapsNeedPrivilege), errors.Is(err, errNoSetuid):
 				log.Warn("staying root", "err", err)
 			default:
@@ -214,8 +241,8 @@ func run(args []string, out io.Writer) error {
 		go func() { _ = sdsClient.Run(ctx) }()
 	}
 	var xsrc *xdsSource
-	if *xdsAddr != "" {
-		id := *nodeID
+	if o.xds != "" {
+		id := o.nodeID
 		if id == "" && os.Getenv("POD_NAME") != "" {
 			id = os.Getenv("POD_NAME") + "." + os.Getenv("POD_NAMESPACE")
 		}
@@ -223,7 +250,7 @@ func run(args []string, out io.Writer) error {
 			id = cfg.Node.ID
 		}
 		// Not ready until the first complete configuration has arrived.
-		xsrc, err = startXDS(ctx, *xdsAddr, id, xdsDial{caFile: *xdsCA, tokenFile: *xdsToken, sotw: *xdsSotw}, cfg, srv, log, gate.done)
+		xsrc, err = startXDS(ctx, o.xds, id, xdsDial{caFile: o.xdsCA, tokenFile: o.xdsToken, sotw: o.xdsSotw}, cfg, srv, log, gate.done)
 		if err != nil {
 			srv.Shutdown()
 			return err
@@ -234,7 +261,7 @@ func run(args []string, out io.Writer) error {
 	releaseMemory.kick()
 	idleCtx, stopIdle := context.WithCancel(ctx)
 	defer stopIdle()
-	if *releaseIdle {
+	if o.releaseIdle {
 		go releaseMemory.watchIdle(idleCtx)
 	}
 
@@ -242,8 +269,8 @@ func run(args []string, out io.Writer) error {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	var tick <-chan time.Time
-	if *path != "" && *watch > 0 {
-		t := time.NewTicker(*watch)
+	if o.config != "" && o.watch > 0 {
+		t := time.NewTicker(o.watch)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -267,7 +294,7 @@ func run(args []string, out io.Writer) error {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if *path != "" {
+				if o.config != "" {
 					reload("SIGHUP")
 				}
 				continue
@@ -276,7 +303,7 @@ func run(args []string, out io.Writer) error {
 			srv.Shutdown()
 			return nil
 		case <-tick:
-			if st := fileStamp(*path); st != stamp {
+			if st := fileStamp(o.config); st != stamp {
 				stamp = st
 				reload("file change")
 			}
@@ -286,9 +313,10 @@ func run(args []string, out io.Writer) error {
 	}
 }
 
-// envBool reads a boolean from the environment variable name, def when unset.
-func envBool(name string, def bool) (bool, error) {
-	v := os.Getenv(name)
+// envBool reads a boolean from the environment variable name through
+// getenv, def when it is unset.
+func envBool(getenv func(string) string, name string, def bool) (bool, error) {
+	v := getenv(name)
 	if v == "" {
 		return def, nil
 	}
@@ -300,9 +328,10 @@ func envBool(name string, def bool) (bool, error) {
 }
 
 // envCount reads a non-negative integer from the environment variable
-// name, def when it is unset; want says what a bad value should have been.
-func envCount(name string, def int, want string) (int, error) {
-	v := os.Getenv(name)
+// name through getenv, def when it is unset; want says what a bad value
+// should have been.
+func envCount(getenv func(string) string, name string, def int, want string) (int, error) {
+	v := getenv(name)
 	if v == "" {
 		return def, nil
 	}
