@@ -4,10 +4,14 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
 )
 
 // TestMain gives the run one temporary directory, named as bpf/sweep.sh
@@ -22,6 +26,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("TMPDIR", dir)
+	// client-go's own logs (watch restarts while the tests stop
+	// components) stay out of the output unless MESHLET_TEST_LOG is set;
+	// the tests log what they check.
+	if os.Getenv("MESHLET_TEST_LOG") == "" {
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(false)
+		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
 	code := m.Run()
 	// Mounts the nodes made are undone by their tests; one still there
 	// means a test's teardown failed, and removing through it would reach
