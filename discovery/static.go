@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -77,6 +78,11 @@ func parseStatic(data []byte) (*config.Config, error) {
 		// yaml's multi-line messages ("unmarshal errors:\n  line 2: ...")
 		// read better on one line.
 		return nil, fmt.Errorf("parse: %s", strings.Join(strings.Fields(err.Error()), " "))
+	}
+	// An empty file (or one of comments only) is a mistake, not a sidecar
+	// that proxies nothing: refuse it so a reload keeps the running config.
+	if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
+		return nil, fmt.Errorf("parse: the config is empty: want at least one of %s", strings.Join(staticKeys, ", "))
 	}
 	top, err := decodeObject("", js, staticKeys...)
 	if err != nil {

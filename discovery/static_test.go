@@ -61,13 +61,29 @@ func TestDefaultAddressesUseTheWellKnownPorts(t *testing.T) {
 	}
 }
 
+// An empty file (a truncated write, a wrong mount) is refused, so that a
+// reload keeps the running config instead of a sidecar with nothing in it.
 func TestParseStaticEmpty(t *testing.T) {
-	cfg, err := ParseStatic(nil)
+	for _, in := range []string{"", "\n  \n", "# only a comment\n", "---\n"} {
+		cfg, err := ParseStatic([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), "the config is empty") {
+			t.Errorf("ParseStatic(%q) = %+v, %v; want the config is empty", in, cfg, err)
+		}
+	}
+	name := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(name, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadStaticFile(name); err == nil || !strings.Contains(err.Error(), name+": parse: the config is empty") {
+		t.Errorf("LoadStaticFile(empty file) error %v: want the file named and the config is empty", err)
+	}
+	// An explicit empty object is a config (every default), as before.
+	cfg, err := ParseStatic([]byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Listeners)+len(cfg.Clusters) != 0 || cfg.Admin != DefaultAdmin {
-		t.Fatalf("empty input: %+v", cfg)
+		t.Fatalf("{}: %+v", cfg)
 	}
 }
 
