@@ -28,13 +28,19 @@ cd "$(dirname "$0")"
 . ./k8s-module.sh
 ETCD=v3.7.0 SPIRE=v1.13.3 GGCR=v0.22.1 COREDNS=v1.14.2
 mode=${1:-build}
-key=$(cat tools.sh k8s-module.sh tools/go.mod tools/go.sum tools/tools.go tools/etcd/main.go tools/mkimage/main.go tools/coredns/main.go | sha256sum | cut -c1-12)
-cache="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
-bin="$cache/tools-$K8S-$key/bin"
 export CGO_ENABLED=1 GOFLAGS=-mod=readonly
 targets=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
   k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy
   github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent ./etcd ./mkimage ./coredns)
+ldflags="$(k8s_ldflags) -s -w"
+# The cache key is the build's inputs (not this script's messages): the
+# versions, targets and flags, the pinned module and the tools' sources.
+key=$( {
+  echo "$ETCD $SPIRE $GGCR $COREDNS $CGO_ENABLED ${targets[*]} $ldflags"
+  cat k8s-module.sh tools/go.mod tools/go.sum tools/tools.go tools/etcd/main.go tools/mkimage/main.go tools/coredns/main.go
+} | sha256sum | cut -c1-12)
+cache="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
+bin="$cache/tools-$K8S-$key/bin"
 
 case "$mode" in
 update)
@@ -80,7 +86,10 @@ mkdir -p "$cache"
 # A fetch in the background and a build hold the same lock: the build
 # waits for the modules the fetch is downloading.
 exec 9>"$cache/tools.lock"
-flock 9
+if ! flock -n 9; then
+  [ "$mode" = build ] && echo "e2e/tools.sh: waiting for the tools' module download to finish (make test starts it in the background)" >&2
+  flock 9
+fi
 cd tools
 if [ "$mode" = fetch ]; then
   go list -deps "${targets[@]}" >/dev/null
@@ -94,7 +103,7 @@ if ! built; then
   echo "e2e/tools.sh: building etcd $ETCD, Kubernetes $K8S (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), SPIRE $SPIRE, CoreDNS $COREDNS and mkimage into $bin (one go build, $total packages; 10-25 min cold)" >&2
   log="$bin.tmp/build.log"
   start=$SECONDS
-  go build -v -ldflags "$(k8s_ldflags) -s -w" -o "$bin.tmp/" "${targets[@]}" 2>"$log" &
+  go build -v -ldflags "$ldflags" -o "$bin.tmp/" "${targets[@]}" 2>"$log" &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null && sleep 1; done
