@@ -607,6 +607,13 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 				head = b[:n]
 				break
 			}
+			if sniffRequestLine(b) == sniffNot {
+				// Not a request line so far (bytes of another
+				// protocol on an HTTP listener): refused now, not once
+				// a head arrives.
+				return &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE,
+					why: "malformed request line " + quoteInput(b)}, nil
+			}
 			if len(b) < br.Size() {
 				if _, err := br.Peek(len(b) + 1); err != nil {
 					return nil, err
