@@ -481,7 +481,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		rw.hadBody = true
-		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
+		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm, w: rw}
 		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			body.rw = rw
 			req.Header.Del("Expect")
@@ -499,6 +499,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		return false
 	}
 	rw.finish()
+	if rw.bodyErr.Load() != nil {
+		c.lingerClose() // the rest of the broken body is unread
+		return false
+	}
 	if rw.closeAfter || watch.gone {
 		return false
 	}
@@ -657,11 +661,14 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 // h1ReqBody is a request body: at its end the disconnect watch is armed (the
 // connection may then be read), and a 100 Continue goes out before the
 // first read when the client asked for it. Close does not drain (net/http's
-// would read all of an abandoned upload); serve skips a bounded rest.
+// would read all of an abandoned upload); serve skips a bounded rest. A
+// body whose framing breaks (a malformed chunk) is recorded in its writer
+// (h1Writer.bodyErr): the client's protocol error, not the upstream's.
 type h1ReqBody struct {
 	io.ReadCloser
 	onEOF  func()
 	rw     *h1Writer // send 100 Continue first
+	w      *h1Writer // the request's
 	eof    bool
 	closed bool
 }
@@ -687,9 +694,27 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 	if err == io.EOF && !b.eof {
 		b.eof = true
 		b.onEOF()
+	} else if err != nil && err != io.EOF && b.w != nil && framingError(err) {
+		b.w.bodyErr.CompareAndSwap(nil, &bodyError{err})
 	}
 	return n, err
 }
+
+// framingError reports whether a request body's read error is the
+// body's framing (net/http's chunked reader refusing a chunk size, a
+// missing CRLF, a malformed trailer), not the connection's: the end of
+// stream before the body's end (io.ErrUnexpectedEOF), a socket error or a
+// deadline.
+func framingError(err error) bool {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return false // (checked first: the rest allocates)
+	}
+	var oe *net.OpError
+	return !errors.As(err, &oe) && !errors.Is(err, net.ErrClosed) && !isDeadline(err) && !errors.Is(err, http.ErrBodyReadAfterClose)
+}
+
+// bodyError is the framing error of a request body.
+type bodyError struct{ err error }
 
 // dcWatch notices a client that goes away during a slow request: armed
 // (once the request is read whole), it starts after dcWatchDelay (on the
@@ -807,6 +832,11 @@ type h1Writer struct {
 	watch        dcWatch
 	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
 	abort upstreamAbort
+	// bodyErr is set (from whichever goroutine reads the body) when the
+	// request's body broke its framing: the response closes the
+	// connection, and serveHTTP answers 400 DPE rather than blame the
+	// upstream.
+	bodyErr atomic.Pointer[bodyError]
 }
 
 // h1Exchange is a writer's state for one request, zeroed for each.
@@ -857,6 +887,7 @@ func newH1Writer(c *h1ServerConn) *h1Writer {
 func (rw *h1Writer) begin() {
 	rw.mu.Lock()
 	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
+	rw.bodyErr.Store(nil)
 	rw.seq++
 	rw.mu.Unlock()
 	rw.watch.reset()
@@ -1191,7 +1222,7 @@ func (rw *h1Writer) commit(final bool) {
 		}
 	}
 	http11 := rw.req.ProtoAtLeast(1, 1)
-	if rw.wantsClose || !http11 || rw.c.w.s.draining.Load() {
+	if rw.wantsClose || !http11 || rw.c.w.s.draining.Load() || rw.bodyErr.Load() != nil {
 		rw.closeAfter = true
 	}
 	switch {
