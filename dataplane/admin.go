@@ -354,6 +354,13 @@ func (s *Server) flatStats() []statValue {
 			os.Each(func(n string, v uint64) { out = append(out, statValue{p + "outlier_detection." + n, int64(v)}) })
 		}
 	}
+	for _, ls := range st.listenersByName() {
+		if ls.cfg.Protocol == config.ProtocolTCP {
+			continue
+		}
+		hs := s.httpStatsFor(ls.cfg.Name)
+		out = append(out, statValue{"http." + ls.cfg.Name + ".downstream_cx_protocol_error", int64(hs.downstreamCxProtocolError.Load())})
+	}
 	if a := s.access.Load(); a != nil {
 		out = append(out, statValue{"access_log.dropped", int64(a.dropped.Load())}, statValue{"access_log.written", int64(a.written.Load())})
 	}
@@ -439,7 +446,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(desc(metric, labels), typ, float64(sv.value), values...)
 	}
 	for _, sv := range s.flatStats() {
-		if strings.HasPrefix(sv.name, "cluster.") {
+		rest, ok := strings.CutPrefix(sv.name, "http.")
+		if !ok {
+			continue
+		}
+		// http.<listener>.<stat>: the listener's name may hold dots, the
+		// stat's does not.
+		i := strings.LastIndexByte(rest, '.')
+		ch <- prometheus.MustNewConstMetric(desc("envoy_http_"+rest[i+1:], []string{"envoy_http_conn_manager_prefix"}),
+			prometheus.UntypedValue, float64(sv.value), rest[:i])
+	}
+	for _, sv := range s.flatStats() {
+		if strings.HasPrefix(sv.name, "cluster.") || strings.HasPrefix(sv.name, "http.") {
 			continue
 		}
 		metric := "meshlet_" + strings.ReplaceAll(sv.name, ".", "_")

@@ -47,6 +47,9 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	var upType string
 	if hw == nil || !hw.in.hopFree {
 		upType = upgradeType(h)
+		if upType != "" {
+			upType = dropH2CUpgrade(h, upType)
+		}
 		if upType != "" && !printable(upType) {
 			ex.details = "invalid_upgrade"
 			http.Error(rw, "invalid Upgrade header", http.StatusBadRequest)
@@ -270,6 +273,34 @@ func halfCopy(dst io.Writer, src io.Reader, errc chan<- error) {
 // shared slice: header values are replaced or appended to, never changed
 // in place).
 var noUserAgent = []string{""}
+
+// dropH2CUpgrade strips an HTTP/1 request's offer to upgrade to h2c (the
+// h2c token of Upgrade, and HTTP2-Settings), as Envoy's HTTP/1 codec does:
+// the proxy speaks HTTP/1 or prior-knowledge HTTP/2 to its upstreams
+// itself, and an upstream taking the offer would switch the client's
+// connection to a protocol the proxy does not serve. It returns what
+// remains of the upgrade ("" when h2c was all; Connection's Upgrade and
+// HTTP2-Settings tokens then go with the other hop-by-hop headers).
+func dropH2CUpgrade(h http.Header, upType string) string {
+	if !containsFold(upType, "h2c") {
+		return upType
+	}
+	var rest []string
+	found := false
+	for tok := range strings.SplitSeq(upType, ",") {
+		switch tok = strings.TrimSpace(tok); {
+		case strings.EqualFold(tok, "h2c"):
+			found = true
+		case tok != "":
+			rest = append(rest, tok)
+		}
+	}
+	if !found {
+		return upType // h2c only inside another protocol's name
+	}
+	delete(h, "Http2-Settings")
+	return strings.Join(rest, ", ")
+}
 
 // upgradeType is the protocol an Upgrade asks for, if Connection says so.
 func upgradeType(h http.Header) string {

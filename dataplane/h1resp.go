@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 // readResponseFast reads the head of an upstream response from br when
@@ -113,6 +115,10 @@ type reqStore struct {
 	hdr *headScratch // the server connection's (h1ServerConn.reqHdr)
 	// hopFree: req was read here and has no hop-by-hop header to remove.
 	hopFree bool
+	// maxHeaders is the listener's header-line limit (0: Envoy's
+	// default, config.DefaultMaxHeadersCount): a head with more is left
+	// to checkRequestHead, which refuses it.
+	maxHeaders int
 	// blank, if set, is the request every read here starts from: an
 	// empty request carrying the connection's request context
 	// (h1ServerConn.reqCtx), which net/http gives no other way to set
@@ -250,14 +256,15 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 // readRequestFast reads a request head from br when the whole head is
 // already in br's buffer and the request is of the plainest kind, which is
 // most requests on a keep-alive connection: GET, HEAD, OPTIONS or DELETE;
-// HTTP/1.1; an origin-form target; one valid Host; no body (no
-// Content-Length or Transfer-Encoding, so nothing to frame); no Trailer or
-// Pragma; every header line a valid name, a colon and a valid value. It
-// returns what http.ReadRequest would (FuzzReadRequestFast compares the
-// two) with fewer allocations. Anything else is declined (ok false) with
-// nothing consumed, for http.ReadRequest to read or refuse: this only
-// takes what net/http would have taken the same way, so request framing
-// (smuggling) stays net/http's.
+// HTTP/1.1; an origin-form target without a fragment; one Host that is
+// host[:port] (validAuthority); no body (no Content-Length or
+// Transfer-Encoding, so nothing to frame); no Trailer or Pragma; every
+// header line a valid name, a colon and a valid value, at most the
+// store's maxHeaders of them. It returns what http.ReadRequest would
+// (FuzzReadRequestFast compares the two) with fewer allocations. Anything
+// else is declined (ok false) with nothing consumed, for the server to
+// check (checkRequestHead) and http.ReadRequest to read: this only takes
+// heads both would take, and as net/http would.
 //
 // st, if not nil, holds the request and its URL; else both are new.
 func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool) {
@@ -272,7 +279,7 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	line := head[:nl-1]
 	method, rest, ok1 := strings.Cut(line, " ")
 	uri, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || proto != "HTTP/1.1" || len(uri) == 0 || uri[0] != '/' {
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || len(uri) == 0 || uri[0] != '/' || strings.IndexByte(uri, '#') >= 0 {
 		return nil, false
 	}
 	switch method {
@@ -284,12 +291,16 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	if st != nil {
 		hs = st.hdr
 	}
+	if st != nil && st.maxHeaders > 0 && st.maxHeaders < config.DefaultMaxHeadersCount &&
+		strings.Count(head[nl+1:], "\r\n") > st.maxHeaders {
+		return nil, false // (parseHeaderLines takes at most the default)
+	}
 	h, f, ok := parseHeaderLines(head[nl+1:], hs)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 0 || f.hosts != 1 {
 		return nil, false
 	}
 	host := h["Host"][0]
-	if !httpguts.ValidHostHeader(host) {
+	if !validAuthority(host) {
 		return nil, false
 	}
 	var u *url.URL

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 // responseSeeds are upstream responses the fast reader must take exactly as
@@ -204,6 +206,11 @@ var requestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: a\r\nTrailer: X\r\n\r\n",
 	"GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", // net/http takes these; the server refuses them (checkRequestHead)
+	"GET /a#c HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a:b:c\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: a\r\n", // head not whole
 	"",
 }
@@ -248,6 +255,16 @@ func checkRequestFast(t *testing.T, data []byte, st *reqStore) (took bool) {
 		t.Fatalf("request %q:\nfast    %+v\nnet/http %+v", data, a, b)
 	}
 	sameRest(t, data, br, stdBr)
+	// What the fast reader takes, the server's check of the heads it
+	// declines would pass as it is: the fast path skips no refusal.
+	// (net/http takes more than both: a fragment, an empty Host.)
+	limit := config.DefaultMaxHeadersCount
+	if st != nil && st.maxHeaders > 0 {
+		limit = st.maxHeaders
+	}
+	if rej, line := checkRequestHead(data[:headEnd(data)], limit); rej != nil || line != nil {
+		t.Fatalf("took %q, which the server's check refuses (%+v) or rewrites (%q)", data, rej, line)
+	}
 	return true
 }
 
@@ -261,6 +278,16 @@ func TestReadRequestFast(t *testing.T) {
 		if checkRequestFast(t, []byte(s), st) != took {
 			t.Errorf("request %q: taken with storage %v, without %v", s, !took, took)
 		}
+	}
+	// A listener's header-line limit below the default: a head at it is
+	// taken, one over it left to the server's check (which answers 431).
+	limited := &reqStore{maxHeaders: 3}
+	if !checkRequestFast(t, []byte(requestSeeds[1]), limited) {
+		t.Errorf("declined 3 header lines with a limit of 3: %q", requestSeeds[1])
+	}
+	four := "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"
+	if checkRequestFast(t, []byte(four), limited) {
+		t.Errorf("took 4 header lines with a limit of 3: %q", four)
 	}
 }
 
@@ -386,9 +413,11 @@ func FuzzReadRequestFast(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	st, reused := new(reqStore), &reqStore{hdr: new(headScratch)}
+	limited := &reqStore{hdr: new(headScratch), maxHeaders: 3}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkRequestFast(t, data, nil)
 		checkRequestFast(t, data, st)
-		checkRequestFast(t, data, reused) // the scratch of earlier inputs, cleared
+		checkRequestFast(t, data, reused)  // the scratch of earlier inputs, cleared
+		checkRequestFast(t, data, limited) // a listener's max_headers_count below the default
 	})
 }

@@ -38,8 +38,11 @@ import (
 // its size when the handler ends before 4 KiB, else chunked (HTTP/1.1) or
 // by closing (HTTP/1.0), trailers, HEAD, Upgrade through Hijack, a Date
 // header, header read and idle timeouts, draining. What it does as Envoy
-// does: headers over maxRequestHeaderBytes get 431 and malformed requests
-// 400, both with an access-log line flagged DPE.
+// does: every head but the plainest is checked before net/http reads it
+// (h1request.go: framing, header syntax, Host, version, CONNECT, the
+// header-line limit), headers over maxRequestHeaderBytes get 431, and a
+// refused request gets its status, an access-log line flagged DPE and
+// the connection closed.
 
 const (
 	// dcWatchDelay is how long a request runs before the connection is
@@ -109,6 +112,9 @@ type h1ServerConn struct {
 	// pipelined: a check found bytes the wait had not been told about
 	// (a client that sends before its response): no more waits.
 	pipelined bool
+	// skipped counts the empty lines' bytes skipped before the next
+	// request (skipLineEnds).
+	skipped int
 }
 
 // h1Out is the writer under a connection's bufio.Writer. A response's
@@ -291,7 +297,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
 	c.check.c = c
 	c.check.alarm.target = &c.check
-	c.in = &reqStore{hdr: &c.reqHdr}
+	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(w.s.state.Load().listeners[sc.info.listener])}
 	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
 	// queued (h1Out).
@@ -359,6 +365,13 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if err != nil {
 			return
 		}
+		if emptied, tooMany := c.skipLineEnds(); tooMany {
+			c.reject(&reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE,
+				why: "more than " + strconv.Itoa(maxSkippedLineEnds) + " bytes of empty lines before a request"})
+			return
+		} else if emptied {
+			continue // the request is still to come: wait for it as for any
+		}
 		// A request whose header block has arrived whole (nearly all)
 		// is parsed without blocking: no header timeout to arm.
 		headerWait := !c.headerBuffered()
@@ -381,15 +394,22 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		rw := c.rw
 		rw.begin()
 		// The plainest requests, whole in the buffer, are read without
-		// net/http's allocations; everything else (and every error) is
-		// net/http's.
+		// net/http's allocations; everything else is checked
+		// (checkRequestHead), then read by net/http.
 		req, fast := readRequestFast(c.br, c.in)
+		var rej *reqReject
 		if !fast {
-			req, err = http.ReadRequest(c.br)
+			if rej, err = c.checkHead(); rej == nil && err == nil {
+				req, err = http.ReadRequest(c.br)
+			}
 		}
 		c.src.limit = -1
 		if headerWait {
 			c.setReadDeadline(time.Time{})
+		}
+		if rej != nil {
+			c.reject(rej)
+			return
 		}
 		if err != nil {
 			// A client that closed or stalled mid-request gets nothing
@@ -400,12 +420,13 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			}
 			return
 		}
+		c.skipped = 0
 		keep := c.serve(base, req, rw)
 		if rw.scratch.ex.headerLent {
 			// The transport may still read the request: its header
 			// map and URL stay its own.
 			c.reqHdr = headScratch{}
-			c.in = &reqStore{hdr: &c.reqHdr}
+			c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: c.in.maxHeaders}
 		}
 		if rw.mayBeHeld() {
 			c.rw = nil
@@ -460,7 +481,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		rw.hadBody = true
-		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm}
+		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm, w: rw}
 		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			body.rw = rw
 			req.Header.Del("Expect")
@@ -478,6 +499,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		return false
 	}
 	rw.finish()
+	if rw.bodyErr.Load() != nil {
+		c.lingerClose() // the rest of the broken body is unread
+		return false
+	}
 	if rw.closeAfter || watch.gone {
 		return false
 	}
@@ -538,30 +563,112 @@ func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 	return false
 }
 
-// badRequest answers a request that could not be read, with an access-log
-// line (Envoy's DPE).
+// badRequest answers a request that could not be read: 431 for a head
+// over maxRequestHeaderBytes (http1.headers_too_large), else 400
+// (http1.codec_error), flagged DPE.
 func (c *h1ServerConn) badRequest(err error) {
-	code, text := http.StatusBadRequest, "Bad Request"
+	r := &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE, why: err.Error()}
 	if c.src.hit {
-		code, text = http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large"
+		r.code, r.details = http.StatusRequestHeaderFieldsTooLarge, detailHeadersTooLarge
+		r.why = "request head over " + strconv.Itoa(maxRequestHeaderBytes) + " bytes"
 	}
-	_ = c.sc.SetWriteDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", code, text, len(text), text)
-	_ = c.bw.Flush()
-	info := c.sc.info
-	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "-", Path: "-", Protocol: "HTTP/1.1", ResponseCode: code, Flags: lb.FlagDPE,
-		UpstreamServiceTime: -1}
-	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: "http1.codec_error", failure: err.Error(), downstreamPeer: info.peer})
+	c.reject(r)
+}
+
+// skipLineEnds discards the CRs and LFs buffered before the next request
+// (RFC 9112 §2.2: a server ignores empty lines before a request line;
+// some clients send one after a body). emptied: nothing else is buffered
+// yet; tooMany: the connection sent more than maxSkippedLineEnds of them.
+func (c *h1ServerConn) skipLineEnds() (emptied, tooMany bool) {
+	b, _ := c.br.Peek(c.br.Buffered())
+	n := 0
+	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {
+		n++
+	}
+	if n == 0 {
+		return false, false
+	}
+	_, _ = c.br.Discard(n)
+	c.skipped += n
+	return n == len(b), c.skipped > maxSkippedLineEnds
+}
+
+// checkHead reads the next request's head as far as its blank line and
+// checks it (checkRequestHead) before net/http reads it. A head whole in
+// the reader's buffer is checked there; a longer one is read out of the
+// buffer and queued again ahead of the connection's other bytes
+// (h1Source.pending), as is a head whose request line is rewritten, so
+// that net/http reads exactly the bytes checked. err is a read error
+// (the client closed or stalled, or the head passed
+// maxRequestHeaderBytes: c.src.hit).
+func (c *h1ServerConn) checkHead() (*reqReject, error) {
+	br := c.br
+	var head, collected []byte
+	for head == nil {
+		b, _ := br.Peek(br.Buffered())
+		if collected == nil {
+			if n := headEnd(b); n >= 0 {
+				head = b[:n]
+				break
+			}
+			if sniffRequestLine(b) == sniffNot {
+				// Not a request line so far (bytes of another
+				// protocol on an HTTP listener): refused now, not once
+				// a head arrives.
+				return &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE,
+					why: "malformed request line " + quoteInput(b)}, nil
+			}
+			if len(b) < br.Size() {
+				if _, err := br.Peek(len(b) + 1); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			collected = make([]byte, 0, 2*br.Size())
+		}
+		collected = append(collected, b...)
+		_, _ = br.Discard(len(b))
+		if n := headEnd(collected); n >= 0 {
+			head = collected[:n]
+			break
+		}
+		if _, err := br.Peek(1); err != nil {
+			return nil, err
+		}
+	}
+	rej, line := checkRequestHead(head, c.in.maxHeaders)
+	if rej != nil {
+		return rej, nil
+	}
+	if line == nil && collected == nil {
+		return nil, nil
+	}
+	// What was read out of the buffer, with the rewritten request line,
+	// goes back ahead of the rest; the head is whole, so its byte limit
+	// is done.
+	if collected == nil {
+		collected, _ = br.Peek(br.Buffered())
+	}
+	if line != nil {
+		collected = append(line, collected[bytes.IndexByte(head, '\n')+1:]...)
+	}
+	_, _ = br.Discard(br.Buffered())
+	c.src.pending = append(collected, c.src.pending...)
+	c.src.limit = -1
+	return nil, nil
 }
 
 // h1ReqBody is a request body: at its end the disconnect watch is armed (the
 // connection may then be read), and a 100 Continue goes out before the
 // first read when the client asked for it. Close does not drain (net/http's
-// would read all of an abandoned upload); serve skips a bounded rest.
+// would read all of an abandoned upload); serve skips a bounded rest. A
+// body whose framing breaks (a malformed chunk) is recorded in its writer
+// (h1Writer.bodyErr): the client's protocol error, not the upstream's.
 type h1ReqBody struct {
 	io.ReadCloser
 	onEOF  func()
 	rw     *h1Writer // send 100 Continue first
+	w      *h1Writer // the request's
 	eof    bool
 	closed bool
 }
@@ -587,9 +694,27 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 	if err == io.EOF && !b.eof {
 		b.eof = true
 		b.onEOF()
+	} else if err != nil && err != io.EOF && b.w != nil && framingError(err) {
+		b.w.bodyErr.CompareAndSwap(nil, &bodyError{err})
 	}
 	return n, err
 }
+
+// framingError reports whether a request body's read error is the
+// body's framing (net/http's chunked reader refusing a chunk size, a
+// missing CRLF, a malformed trailer), not the connection's: the end of
+// stream before the body's end (io.ErrUnexpectedEOF), a socket error or a
+// deadline.
+func framingError(err error) bool {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return false // (checked first: the rest allocates)
+	}
+	var oe *net.OpError
+	return !errors.As(err, &oe) && !errors.Is(err, net.ErrClosed) && !isDeadline(err) && !errors.Is(err, http.ErrBodyReadAfterClose)
+}
+
+// bodyError is the framing error of a request body.
+type bodyError struct{ err error }
 
 // dcWatch notices a client that goes away during a slow request: armed
 // (once the request is read whole), it starts after dcWatchDelay (on the
@@ -707,6 +832,11 @@ type h1Writer struct {
 	watch        dcWatch
 	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
 	abort upstreamAbort
+	// bodyErr is set (from whichever goroutine reads the body) when the
+	// request's body broke its framing: the response closes the
+	// connection, and serveHTTP answers 400 DPE rather than blame the
+	// upstream.
+	bodyErr atomic.Pointer[bodyError]
 }
 
 // h1Exchange is a writer's state for one request, zeroed for each.
@@ -757,6 +887,7 @@ func newH1Writer(c *h1ServerConn) *h1Writer {
 func (rw *h1Writer) begin() {
 	rw.mu.Lock()
 	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
+	rw.bodyErr.Store(nil)
 	rw.seq++
 	rw.mu.Unlock()
 	rw.watch.reset()
@@ -1091,7 +1222,7 @@ func (rw *h1Writer) commit(final bool) {
 		}
 	}
 	http11 := rw.req.ProtoAtLeast(1, 1)
-	if rw.wantsClose || !http11 || rw.c.w.s.draining.Load() {
+	if rw.wantsClose || !http11 || rw.c.w.s.draining.Load() || rw.bodyErr.Load() != nil {
 		rw.closeAfter = true
 	}
 	switch {

@@ -39,7 +39,7 @@ func TestH1ServerBadRequests(t *testing.T) {
 	if got := rawExchange(t, s, "GET / HTTP/1.1\r\nHost: echo\r\nBad Header Line\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
 		t.Errorf("malformed header: %q", got)
 	}
-	logs.waitLine(t, `"- - HTTP/1.1" 400 DPE `, "http1.codec_error")
+	logs.waitLine(t, `"GET / HTTP/1.1" 400 DPE `, "http1.codec_error", `"malformed header line 'Bad Header Line'"`)
 	big := "GET / HTTP/1.1\r\nHost: echo\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n"
 	if got := rawExchange(t, s, big); !strings.HasPrefix(got, "HTTP/1.1 431 ") {
 		t.Errorf("70 KiB header: %q", tail(got, 200))

@@ -263,9 +263,31 @@ func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 	}
 }
 
+// downstreamBodyBroken reports whether the request's HTTP/1 body broke
+// its framing (h1Writer.bodyErr): then an attempt that failed failed for
+// that, and the exchange is flagged DPE with Envoy's http1.codec_error.
+func (ex *exchange) downstreamBodyBroken() bool {
+	hw, ok := ex.sw.ResponseWriter.(*h1Writer)
+	if !ok {
+		return false
+	}
+	be := hw.bodyErr.Load()
+	if be == nil {
+		return false
+	}
+	ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC|lb.FlagUT|lb.FlagUR) | lb.FlagDPE
+	ex.details = detailCodecError
+	ex.failure = "request body: " + be.err.Error()
+	return true
+}
+
 // proxyError turns the router's final error into Envoy's local reply.
 func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 	switch {
+	case ex.flags&lb.FlagDPE != 0:
+		// The client's body broke its framing: Envoy's codec answers
+		// 400 and closes (the writer closes: bodyErr).
+		w.localReply(rw, ex, http.StatusBadRequest, "Bad Request")
 	case ex.flags&lb.FlagDC != 0:
 		return // nobody to answer
 	case ex.flags&lb.FlagUT != 0:
@@ -375,6 +397,9 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
 		w.release(c, h)
 		hc.rqActive.Add(-1)
+		if err != nil && ex.downstreamBodyBroken() {
+			return nil, err // the client's fault: not the host's, no retry
+		}
 		switch {
 		case err != nil:
 			hc.rqError.Add(1)
@@ -837,6 +862,9 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	}
 	w.s.access.Load().write(w.id, &e, logExtra{details: ex.details, failure: ex.failure, cluster: ex.clusterName(),
 		downstreamPeer: info.peer, upstreamPeer: ex.upstreamPeer})
+	if ex.flags&lb.FlagDPE != 0 {
+		w.s.countProtocolError(st, info)
+	}
 	proto := "http"
 	if ex.grpc {
 		proto = "grpc"

@@ -109,6 +109,8 @@ type Server struct {
 	admin     *adminServers
 
 	mtlsStats mtlsStats
+	// httpStats holds each listener's *httpStats by name.
+	httpStats sync.Map
 }
 
 // state is everything a worker reads per connection or request: immutable,
@@ -756,4 +758,25 @@ func (st *state) clusterNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// listenersByName returns the listeners sorted by name, one per name (the
+// first in address order where two share one).
+func (st *state) listenersByName() []*listenerState {
+	addrs := make([]string, 0, len(st.listeners))
+	for a := range st.listeners {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	seen := map[string]bool{}
+	var out []*listenerState
+	for _, a := range addrs {
+		ls := st.listeners[a]
+		if !seen[ls.cfg.Name] {
+			seen[ls.cfg.Name] = true
+			out = append(out, ls)
+		}
+	}
+	slices.SortFunc(out, func(a, b *listenerState) int { return strings.Compare(a.cfg.Name, b.cfg.Name) })
+	return out
 }

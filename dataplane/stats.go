@@ -142,3 +142,31 @@ func (w *worker) principals(k *requestKey, ls *listenerState, info connInfo, upM
 		}
 	}
 }
+
+// httpStats are one listener's HTTP connection-manager statistics:
+// Envoy's http.<stat_prefix>.<stat>, the listener's name standing for the
+// prefix. They are the Server's, kept across reloads.
+type httpStats struct {
+	// downstreamCxProtocolError counts downstream connections closed for
+	// an HTTP/1 protocol error (the requests flagged DPE).
+	downstreamCxProtocolError atomic.Uint64
+}
+
+// httpStatsFor returns the statistics of the listener named name.
+func (s *Server) httpStatsFor(name string) *httpStats {
+	if v, ok := s.httpStats.Load(name); ok {
+		return v.(*httpStats)
+	}
+	v, _ := s.httpStats.LoadOrStore(name, new(httpStats))
+	return v.(*httpStats)
+}
+
+// countProtocolError counts a downstream protocol error on the listener
+// of info.
+func (s *Server) countProtocolError(st *state, info connInfo) {
+	name := info.listener
+	if ls := st.listeners[info.listener]; ls != nil {
+		name = ls.cfg.Name
+	}
+	s.httpStatsFor(name).downstreamCxProtocolError.Add(1)
+}

@@ -186,61 +186,141 @@ const (
 	kindTLS
 )
 
-var (
-	h2Preface   = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
-)
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-// detect sniffs the first bytes: HTTP/2 prior knowledge, an HTTP/1.x
-// method, a TLS ClientHello, or else opaque TCP. A client that sends
-// nothing within timeout (a server-first protocol) is TCP.
+// detect sniffs the first bytes: a TLS ClientHello, HTTP/2 prior
+// knowledge, an HTTP/1.x request line, or else opaque TCP. It reads until
+// it can tell (a request line to its end, up to the buffer's size) or the
+// client has sent nothing more within timeout (a server-first protocol, or
+// a client that has not said enough: see classifyEnd).
 func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) protoKind {
 	if timeout <= 0 {
 		timeout = config.DefaultDetectionTimeout
 	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	defer c.SetReadDeadline(time.Time{})
-	for n := 1; n <= len(h2Preface); n++ {
-		b, err := br.Peek(n)
-		if err != nil {
-			return classify(b, true)
-		}
+	for want := 1; ; {
+		_, err := br.Peek(want)
+		b, _ := br.Peek(br.Buffered())
 		if k, done := classifyPrefix(b); done {
 			return k
 		}
+		if err != nil || len(b) == br.Size() {
+			return classifyEnd(b)
+		}
+		want = len(b) + 1
 	}
-	return kindTCP
 }
 
-// classifyPrefix decides as soon as the prefix allows.
-func classifyPrefix(b []byte) (protoKind, bool) {
-	if len(b) >= 2 && b[0] == 0x16 && b[1] == 0x03 {
-		return kindTLS, true
-	}
-	if bytes.HasPrefix(h2Preface, b) {
-		return kindHTTP2, len(b) == len(h2Preface)
-	}
-	possible := false
-	for _, m := range httpMethods {
-		if strings.HasPrefix(m, string(b)) {
-			possible = true
+// classifyPrefix decides as soon as the first bytes b allow (done).
+func classifyPrefix(b []byte) (k protoKind, done bool) {
+	if len(b) >= 1 && b[0] == 0x16 { // a TLS handshake record?
+		switch {
+		case len(b) == 1:
+			return kindTCP, false
+		case b[1] == 0x03:
+			return kindTLS, true
 		}
-		if strings.HasPrefix(string(b), m) {
-			return kindHTTP1, true
-		}
+		return kindTCP, true
 	}
-	if !possible {
+	if bytes.HasPrefix(h2Preface, b) && len(b) < len(h2Preface) {
+		return kindTCP, false // the preface so far
+	}
+	if bytes.HasPrefix(b, h2Preface) {
+		return kindHTTP2, true
+	}
+	switch sniffRequestLine(b) {
+	case sniffLine:
+		return kindHTTP1, true
+	case sniffNot:
 		return kindTCP, true
 	}
 	return kindTCP, false
 }
 
-// classify decides on what arrived before a timeout or EOF.
-func classify(b []byte, _ bool) protoKind {
+// classifyEnd decides on the bytes b that arrived before the detection
+// timeout, the client's end of stream or a full buffer: the start of a
+// request line as far as its target (a token method and a separator) is
+// HTTP/1 (a long target, or a client that sends its request line in
+// pieces); anything else is opaque TCP.
+func classifyEnd(b []byte) protoKind {
 	if k, done := classifyPrefix(b); done {
 		return k
 	}
+	if r := sniffRequestLine(b); r == sniffTarget || r == sniffLine {
+		return kindHTTP1
+	}
 	return kindTCP
+}
+
+// sniffResult is how far sniffRequestLine got.
+type sniffResult uint8
+
+const (
+	sniffNot    sniffResult = iota // not a request line
+	sniffMore                      // a request line so far, before its target
+	sniffTarget                    // a request line so far, in or after its target
+	sniffLine                      // a whole request line
+)
+
+// sniffRequestLine reads b as the start of an HTTP/1 request, as Envoy's
+// http_inspector listener filter does: a request line is a token method,
+// a request target, and HTTP/<digit>.<digit>, separated by spaces or tabs
+// (RFC 9112 §3 lets a server take either), ending in CRLF or LF; empty
+// lines before it are skipped (RFC 9112 §2.2). Any method (WebDAV's,
+// PURGE) and any version the parser takes: the HTTP/1 server refuses
+// what it does not serve (505 for a version, 405 for CONNECT) rather than
+// pass it on as opaque bytes the proxy would not look at.
+func sniffRequestLine(b []byte) sniffResult {
+	i := 0
+	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	m := i
+	for i < len(b) && isTchar(b[i]) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return sniffMore
+	case i == m || !isSPorHT(b[i]):
+		return sniffNot
+	}
+	for i < len(b) && isSPorHT(b[i]) {
+		i++
+	}
+	t := i
+	for i < len(b) && (b[i] > ' ' && b[i] != 0x7f) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return sniffTarget
+	case i == t || !isSPorHT(b[i]):
+		return sniffNot
+	}
+	for i < len(b) && isSPorHT(b[i]) {
+		i++
+	}
+	const version = "HTTP/d.d"
+	for j := 0; j < len(version); j, i = j+1, i+1 {
+		if i == len(b) {
+			return sniffTarget
+		}
+		if version[j] == 'd' && !isDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
+			return sniffNot
+		}
+	}
+	if i < len(b) && b[i] == '\r' {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return sniffTarget
+	case b[i] == '\n':
+		return sniffLine
+	}
+	return sniffNot
 }
 
 // sniffedConn replays the sniffed bytes before reading the socket.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -15,7 +16,7 @@ import (
 
 var (
 	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
-		"detection_timeout", "server_first_ports", "routes", "mtls"}
+		"detection_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls"}
 	peerAuthKeys = []string{"mode", "principals", "namespaces", "trust_domains"}
 	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy"}
 	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
@@ -80,6 +81,11 @@ func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 			return l, p.field("server_first_ports").index(i).errorf("0 is not a port")
 		}
 	}
+	if o.has("common_http_protocol_options") {
+		if l.MaxHeadersCount, err = decodeListenerHTTPOptions(p.field("common_http_protocol_options"), o.raw("common_http_protocol_options"), l.Protocol); err != nil {
+			return l, err
+		}
+	}
 	if o.has("mtls") {
 		if l.MTLS, err = decodeInboundMTLS(p.field("mtls"), o.raw("mtls")); err != nil {
 			return l, err
@@ -97,6 +103,28 @@ func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 		l.Routes = append(l.Routes, r)
 	}
 	return l, nil
+}
+
+// decodeListenerHTTPOptions reads a listener's
+// common_http_protocol_options, an Envoy v3 core HttpProtocolOptions as
+// on Envoy's HTTP connection manager, of which meshlet takes
+// max_headers_count (Envoy's rule: at least 1; unset,
+// config.DefaultMaxHeadersCount), returned; any other field is an error.
+func decodeListenerHTTPOptions(p path, raw json.RawMessage, protocol config.Protocol) (uint32, error) {
+	if protocol == config.ProtocolTCP {
+		return 0, p.errorf("HTTP only, but the listener's protocol is tcp")
+	}
+	var o corev3.HttpProtocolOptions
+	if err := unmarshalProto(p, raw, &o); err != nil {
+		return 0, err
+	}
+	if err := rejectUnsupported(p, &o, "max_headers_count"); err != nil {
+		return 0, err
+	}
+	if err := validateProto(p, &o); err != nil {
+		return 0, err
+	}
+	return u32(o.GetMaxHeadersCount(), config.DefaultMaxHeadersCount), nil
 }
 
 // decodeRoute reads one route: timeout config.DefaultRouteTimeout unless

@@ -53,6 +53,8 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	listeners: [{name (default: the address), address, direction (outbound),
 //	    original_destination, protocol (auto|tcp|http), detection_timeout
 //	    (config.DefaultDetectionTimeout), server_first_ports,
+//	    common_http_protocol_options ({max_headers_count}: Envoy v3
+//	    HttpProtocolOptions; default config.DefaultMaxHeadersCount),
 //	    mtls (inbound only: see decodeInboundMTLS),
 //	    routes: [{name, match: {destination, hosts}, cluster,
 //	        timeout (config.DefaultRouteTimeout; "0s" disables),

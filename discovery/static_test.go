@@ -103,6 +103,7 @@ listeners:
     protocol: http
     detection_timeout: 250ms
     server_first_ports: [3306, 25]
+    common_http_protocol_options: {max_headers_count: 20}
     routes:
       - name: any-echo
         match: {destination: ":80", hosts: ["echo", "*.echo.svc"]}
@@ -129,6 +130,7 @@ listeners:
 	eq(t, in.Protocol, config.ProtocolHTTP)
 	eq(t, in.DetectionTimeout, 250*time.Millisecond)
 	eq(t, in.ServerFirstPorts, []uint16{3306, 25})
+	eq(t, in.MaxHeadersCount, uint32(20))
 	r := in.Routes[0]
 	eq(t, r.Name, "any-echo")
 	eq(t, r.Destination, ":80")
@@ -140,6 +142,7 @@ listeners:
 	eq(t, tcp.OriginalDestination, "10.96.0.20:9000")
 	eq(t, tcp.Protocol, config.ProtocolTCP)
 	eq(t, tcp.Routes[0].Destination, "10.96.0.20:9000")
+	eq(t, tcp.MaxHeadersCount, uint32(0)) // unset: config.DefaultMaxHeadersCount
 }
 
 func TestParseStaticAccessLogOff(t *testing.T) {
@@ -215,6 +218,14 @@ func TestParseStaticErrors(t *testing.T) {
 		{"negative duration", "drain_timeout: -1s\n", []string{"drain_timeout: -1s must be >= 0"}},
 		{"negative route timeout", staticCluster + l + "    routes: [{cluster: echo, timeout: -2s}]\n", []string{"listeners[0].routes[0].timeout: -2s must be >= 0"}},
 		{"server first port 0", l + "    server_first_ports: [0]\n", []string{"listeners[0].server_first_ports[0]: 0 is not a port"}},
+		{"max_headers_count 0", l + "    common_http_protocol_options: {max_headers_count: 0}\n",
+			[]string{"listeners[0].common_http_protocol_options.max_headers_count: value must be greater than or equal to 1"}},
+		{"unsupported HTTP protocol option", l + "    common_http_protocol_options: {idle_timeout: 1s}\n",
+			[]string{"listeners[0].common_http_protocol_options.idle_timeout: not supported by meshlet"}},
+		{"HTTP protocol options on tcp", l + "    protocol: tcp\n    common_http_protocol_options: {max_headers_count: 50}\n",
+			[]string{"listeners[0].common_http_protocol_options: HTTP only"}},
+		{"unknown HTTP protocol option", l + "    common_http_protocol_options: {max_header_count: 50}\n",
+			[]string{"listeners[0].common_http_protocol_options.max_header_count: unknown field"}},
 		{"server first port too big", l + "    server_first_ports: [70000]\n", []string{"listeners[0].server_first_ports: want a non-negative integer of 16 bits"}},
 		{"bad retry_on", staticCluster + l + "    routes: [{cluster: echo, retry_policy: {retry_on: \"5xx,sometimes\"}}]\n",
 			[]string{`listeners[0].routes[0].retry_policy.retry_on: "5xx,sometimes": unknown condition "sometimes"`}},

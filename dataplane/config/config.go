@@ -32,6 +32,10 @@ const (
 	DefaultRouteTimeout = 15 * time.Second
 	// DefaultDetectionTimeout bounds protocol sniffing on a new connection.
 	DefaultDetectionTimeout = 100 * time.Millisecond
+	// DefaultMaxHeadersCount is Envoy's default
+	// common_http_protocol_options.max_headers_count: a request with more
+	// header lines gets 431.
+	DefaultMaxHeadersCount = 100
 	// DefaultDrainTimeout is how long a draining sidecar waits for
 	// in-flight work (Istio's terminationDrainDuration is 5 s).
 	DefaultDrainTimeout = 5 * time.Second
@@ -129,7 +133,11 @@ type Listener struct {
 	// ServerFirstPorts are destination ports whose servers speak first
 	// (MySQL, SMTP, ...): no sniffing, straight TCP.
 	ServerFirstPorts []uint16
-	Routes           []Route
+	// MaxHeadersCount limits the header lines of an HTTP/1 request
+	// (Envoy's common_http_protocol_options.max_headers_count); 0 is
+	// DefaultMaxHeadersCount.
+	MaxHeadersCount uint32
+	Routes          []Route
 	// MTLS is an inbound listener's peer authentication and authorization;
 	// nil means PERMISSIVE with every verified peer allowed (Istio's
 	// default). It applies when the sidecar has a workload identity.

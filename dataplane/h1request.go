@@ -1,0 +1,534 @@
+package dataplane
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/lb"
+)
+
+// The downstream HTTP/1 request checks (h1request.go).
+//
+// net/http's request reader is lenient where a proxy must not be: it
+// drops a Content-Length next to Transfer-Encoding and keeps the
+// connection, reads "Content-Length : 5" as a header it then ignores for
+// framing (the body becomes the next request), takes HTTP/1.1 without a
+// Host, an empty Host, a fragment, any HTTP version. Every head the fast
+// reader (readRequestFast) declines is therefore checked here, on its raw
+// bytes, before net/http reads the same bytes: checkRequestHead passes
+// only heads whose framing both readers see alike, and answers the rest
+// as Envoy's HTTP/1 codec and connection manager do (status, response
+// code details, the DPE flag), closing the connection. The fast reader
+// takes only heads that would pass (readRequestFast).
+
+// reqReject is a request refused before it reaches the handler.
+type reqReject struct {
+	code int
+	// details is Envoy's %RESPONSE_CODE_DETAILS% for the refusal.
+	details string
+	flags   lb.ResponseFlags
+	// why says what was wrong, naming the input; the access log's
+	// failure reason.
+	why string
+	// What the access log shows of the request ("" as "-").
+	method, target, proto, authority string
+}
+
+// Envoy's response code details for the refusals.
+const (
+	detailCodecError        = "http1.codec_error"
+	detailTooManyHeaders    = "http1.too_many_headers"
+	detailHeadersTooLarge   = "http1.headers_too_large"
+	detailInvalidCharacters = "http1.invalid_characters"
+	detailInvalidURL        = "http1.invalid_url"
+	detailInvalidTE         = "http1.invalid_transfer_encoding"
+	detailTENotAllowed      = "http1.transfer_encoding_not_allowed"
+	detailChunkedLength     = "http1.content_length_and_chunked_not_allowed"
+	detailHTTPSInPlaintext  = "http1.https_url_on_plaintext_connection"
+	detailInvalidScheme     = "http1.invalid_scheme"
+	detailFragment          = "path_normalization_failed"
+	detailMissingHost       = "missing_host_header"
+	detailInvalidAuthority  = "invalid_authority"
+	detailUpgradeFailed     = "upgrade_failed"
+)
+
+// maxSkippedLineEnds bounds the empty lines a connection may send before
+// a request (RFC 9112 §2.2 asks a server to ignore at least one).
+const maxSkippedLineEnds = 1024
+
+// headEnd returns the length of the request head at the start of b,
+// through the LF of its blank line (a line empty but for a CR, as
+// net/http's line reader ends one), or -1 if b does not hold it all.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		p := i + j
+		switch {
+		case p+1 >= len(b):
+			return -1
+		case b[p+1] == '\n':
+			return p + 2
+		case b[p+1] == '\r':
+			if p+2 >= len(b) {
+				return -1
+			}
+			if b[p+2] == '\n' {
+				return p + 3
+			}
+		}
+		i = p + 1
+	}
+}
+
+// headParse is checkRequestHead's state: what it has read of the head so
+// far, for the refusal's access-log line.
+type headParse struct {
+	method, target, version []byte
+	host                    []byte
+}
+
+// fail is a refusal of the head parsed so far.
+func (p *headParse) fail(code int, details, why string) *reqReject {
+	r := &reqReject{code: code, details: details, flags: lb.FlagDPE, why: why,
+		method: string(p.method), target: string(p.target), authority: string(p.host)}
+	if len(p.version) == 8 {
+		r.proto = string(p.version)
+	}
+	return r
+}
+
+// checkRequestHead checks a request head (head holds it through its blank
+// line) before net/http reads it: the request line (a token method, a
+// target, HTTP/<digit>.<digit>, separated by spaces or tabs as RFC 9112
+// §3 allows), each header line (a token name, a colon right after it, a
+// value without control characters), the framing headers, Host. A
+// refusal says how to answer. line, when not nil, is the request line to
+// read in place of the head's, with its separators made single spaces
+// (net/http splits on single spaces only); the rest of the head is read
+// as it is.
+//
+// What it refuses, as Envoy does by default (RFC 9112 and 9110 agree):
+// Content-Length with Transfer-Encoding (400,
+// content_length_and_chunked_not_allowed: Envoy's default, not
+// allow_chunked_length; haproxy would drop the length and close
+// instead: refusing never forwards a message whose framing two parsers
+// may read differently); any Transfer-Encoding but one "chunked" (501),
+// or one on HTTP/1.0 (400); a second or non-decimal Content-Length; a
+// header line with whitespace before its colon, folded, or without a
+// colon (400); more than maxHeaders header lines (431,
+// http1.too_many_headers); a major version other than 1 (505); a target
+// with a fragment (400, path_normalization_failed: Envoy rejects where
+// Istio's configuration strips it); an https or other non-http absolute
+// URL on this plaintext server; no Host where the target gives no
+// authority, or any HTTP/1.1 request without one (400,
+// missing_host_header); more than one Host, or one that is not
+// host[:port] (400, invalid_authority); CONNECT (405: no route tunnels).
+func checkRequestHead(head []byte, maxHeaders int) (rej *reqReject, line []byte) {
+	var p headParse
+	nl := bytes.IndexByte(head, '\n')
+	reqLine := trimCR(head[:nl])
+	// Request line: method, separator, target, separator, version.
+	i := 0
+	for i < len(reqLine) && isTchar(reqLine[i]) {
+		i++
+	}
+	p.method = reqLine[:i]
+	s1 := i
+	for i < len(reqLine) && isSPorHT(reqLine[i]) {
+		i++
+	}
+	normalize := i-s1 != 1 || reqLine[s1] != ' '
+	t0 := i
+	for i < len(reqLine) && !isSPorHT(reqLine[i]) {
+		i++
+	}
+	s2 := i
+	for i < len(reqLine) && isSPorHT(reqLine[i]) {
+		i++
+	}
+	if len(p.method) == 0 || s1 == t0 || t0 == s2 || s2 == i {
+		return p.fail(http.StatusBadRequest, detailCodecError, "malformed request line "+quoteInput(reqLine)), nil
+	}
+	normalize = normalize || i-s2 != 1 || reqLine[s2] != ' '
+	p.target, p.version = reqLine[t0:s2], reqLine[i:]
+	v := p.version
+	if len(v) != 8 || string(v[:5]) != "HTTP/" || !isDigit(v[5]) || v[6] != '.' || !isDigit(v[7]) {
+		return p.fail(http.StatusBadRequest, detailCodecError, "malformed HTTP version "+quoteInput(v)), nil
+	}
+	if v[5] != '1' {
+		return p.fail(http.StatusHTTPVersionNotSupported, detailCodecError, "HTTP version "+string(v)+" on an HTTP/1 connection"), nil
+	}
+	http10 := v[7] == '0'
+	for _, c := range p.target {
+		if c < ' ' || c == 0x7f {
+			return p.fail(http.StatusBadRequest, detailInvalidURL, "control character in request target "+quoteInput(p.target)), nil
+		}
+	}
+
+	// Header lines.
+	var count, lengths, encodings, hosts int
+	badTE := false
+	rest := head[nl+1:]
+	for {
+		e := bytes.IndexByte(rest, '\n')
+		l := trimCR(rest[:e])
+		rest = rest[e+1:]
+		if len(l) == 0 {
+			break
+		}
+		if isSPorHT(l[0]) {
+			return p.fail(http.StatusBadRequest, detailCodecError, "folded header line "+quoteInput(l)), nil
+		}
+		n := 0
+		for n < len(l) && isTchar(l[n]) {
+			n++
+		}
+		if n == 0 || n == len(l) || l[n] != ':' {
+			return p.fail(http.StatusBadRequest, detailCodecError, "malformed header line "+quoteInput(l)), nil
+		}
+		if count++; count > maxHeaders {
+			return p.fail(http.StatusRequestHeaderFieldsTooLarge, detailTooManyHeaders,
+				fmt.Sprintf("more than %d header lines", maxHeaders)), nil
+		}
+		name, value := l[:n], trimOWSBytes(l[n+1:])
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return p.fail(http.StatusBadRequest, detailInvalidCharacters, "control character in header line "+quoteInput(l)), nil
+			}
+		}
+		switch {
+		case asciiEqualFold(name, "Host"):
+			hosts++
+			p.host = value
+		case asciiEqualFold(name, "Content-Length"):
+			if lengths++; lengths > 1 {
+				return p.fail(http.StatusBadRequest, detailCodecError, "more than one Content-Length"), nil
+			}
+			if !validLength(value) {
+				return p.fail(http.StatusBadRequest, detailCodecError, "invalid Content-Length "+quoteInput(value)), nil
+			}
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			encodings++
+			badTE = badTE || !asciiEqualFold(value, "chunked")
+		}
+	}
+
+	// Framing: one of a decimal Content-Length or a chunked body, or none.
+	switch {
+	case encodings > 1 || badTE:
+		return p.fail(http.StatusNotImplemented, detailInvalidTE, "Transfer-Encoding other than one chunked"), nil
+	case encodings > 0 && lengths > 0:
+		return p.fail(http.StatusBadRequest, detailChunkedLength, "both Content-Length and Transfer-Encoding"), nil
+	case encodings > 0 && http10:
+		return p.fail(http.StatusBadRequest, detailTENotAllowed, "Transfer-Encoding on HTTP/1.0"), nil
+	}
+
+	// Target and authority.
+	if string(p.method) == http.MethodConnect {
+		rej := p.fail(http.StatusMethodNotAllowed, detailUpgradeFailed, "CONNECT: no route allows tunnelling")
+		rej.flags = 0 // a request refused, not a protocol error
+		return rej, nil
+	}
+	if bytes.IndexByte(p.target, '#') >= 0 {
+		return p.fail(http.StatusBadRequest, detailFragment, "fragment in request target "+quoteInput(p.target)), nil
+	}
+	absolute := false
+	switch t := p.target; {
+	case t[0] == '/':
+	case string(t) == "*":
+		if string(p.method) != http.MethodOptions {
+			return p.fail(http.StatusBadRequest, detailInvalidURL, "request target * with method "+quoteInput(p.method)), nil
+		}
+	default:
+		scheme, after, ok := bytes.Cut(t, []byte("://"))
+		switch {
+		case !ok:
+			return p.fail(http.StatusBadRequest, detailInvalidURL, "invalid request target "+quoteInput(t)), nil
+		case asciiEqualFold(scheme, "https"):
+			return p.fail(http.StatusBadRequest, detailHTTPSInPlaintext, "https URL on a plaintext connection "+quoteInput(t)), nil
+		case !asciiEqualFold(scheme, "http"):
+			return p.fail(http.StatusBadRequest, detailInvalidScheme, "scheme of request target "+quoteInput(t)), nil
+		}
+		end := bytes.IndexAny(after, "/?")
+		if end < 0 {
+			end = len(after)
+		}
+		if !validAuthority(after[:end]) {
+			return p.fail(http.StatusBadRequest, detailInvalidAuthority, "invalid authority in request target "+quoteInput(t)), nil
+		}
+		absolute = true
+	}
+	switch {
+	case hosts > 1:
+		return p.fail(http.StatusBadRequest, detailInvalidAuthority, "more than one Host"), nil
+	case hosts == 1 && !validAuthority(p.host):
+		return p.fail(http.StatusBadRequest, detailInvalidAuthority, "invalid Host "+quoteInput(p.host)), nil
+	case hosts == 0 && (!http10 || !absolute):
+		return p.fail(http.StatusBadRequest, detailMissingHost, "no Host"), nil
+	}
+	if normalize {
+		line = make([]byte, 0, len(p.method)+len(p.target)+len(v)+4)
+		line = append(append(append(append(append(line, p.method...), ' '), p.target...), ' '), v...)
+		line = append(line, '\r', '\n')
+	}
+	return nil, line
+}
+
+// validLength reports whether v is a Content-Length net/http reads as
+// the same number: decimal digits, below 2^63.
+func validLength(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	var n uint64
+	for _, c := range v {
+		if !isDigit(c) {
+			return false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return false
+		}
+		n = n*10 + d
+	}
+	return true
+}
+
+// validAuthority reports whether a is host[:port] (RFC 9110 §7.2, RFC
+// 3986 §3.2.2): a registered name of unreserved, percent-encoded and
+// sub-delimiter characters, an IPv4 address (which is one), or an IPv6
+// address in brackets; then an optional port of at most five digits, at
+// most 65535. No user information, no path, not empty. (httpguts'
+// ValidHostHeader only checks the bytes: it passes "", "a@b" and
+// "a:b:c".)
+func validAuthority[T string | []byte](a T) bool {
+	host, port := a, a[len(a):]
+	if len(a) > 0 && a[0] == '[' {
+		end := -1
+		for i := 1; i < len(a); i++ {
+			if a[i] == ']' {
+				end = i
+				break
+			}
+		}
+		if end < 0 {
+			return false
+		}
+		ip := a[1:end]
+		for i := 0; i < len(ip); i++ {
+			if c := ip[i]; !isHex(c) && c != ':' && c != '.' {
+				return false // no zones, no IPvFuture
+			}
+		}
+		if addr, err := netip.ParseAddr(string(ip)); err != nil || !addr.Is6() {
+			return false
+		}
+		host, port = a[:end+1], a[end+1:]
+		if len(port) > 0 {
+			if port[0] != ':' || len(port) == 1 {
+				return false
+			}
+			port = port[1:]
+		}
+	} else {
+		for i := 0; i < len(a); i++ {
+			if a[i] == ':' {
+				host, port = a[:i], a[i+1:]
+				if len(port) == 0 {
+					return false
+				}
+				break
+			}
+		}
+		if len(host) == 0 {
+			return false
+		}
+		for i := 0; i < len(host); i++ {
+			c := host[i]
+			switch {
+			case regNameByte[c]:
+			case c == '%' && i+2 < len(host) && isHex(host[i+1]) && isHex(host[i+2]):
+				i += 2
+			default:
+				return false
+			}
+		}
+	}
+	if len(port) > 0 {
+		if len(port) > 5 {
+			return false
+		}
+		n := 0
+		for i := 0; i < len(port); i++ {
+			if !isDigit(port[i]) {
+				return false
+			}
+			n = n*10 + int(port[i]-'0')
+		}
+		if n > 65535 {
+			return false
+		}
+	}
+	return true
+}
+
+// regNameByte holds the bytes of a registered name but '%' (RFC 3986
+// unreserved and sub-delims).
+var regNameByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-._~!$&'()*+,;=" {
+		t[c] = true
+	}
+	return t
+}()
+
+// tcharTable holds RFC 9110's tchar: the bytes of a token (methods,
+// header names).
+var tcharTable = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+func isTchar(c byte) bool  { return tcharTable[c] }
+func isSPorHT(c byte) bool { return c == ' ' || c == '\t' }
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
+func isHex(c byte) bool    { return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+// trimCR drops one CR ending a line.
+func trimCR(l []byte) []byte {
+	if len(l) > 0 && l[len(l)-1] == '\r' {
+		return l[:len(l)-1]
+	}
+	return l
+}
+
+// trimOWSBytes trims spaces and tabs from both ends of a header value.
+func trimOWSBytes(v []byte) []byte {
+	for len(v) > 0 && isSPorHT(v[0]) {
+		v = v[1:]
+	}
+	for len(v) > 0 && isSPorHT(v[len(v)-1]) {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+// asciiEqualFold reports whether b is s (ASCII) in any letter case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteInput quotes an input for an error message, cut at 64 bytes: in
+// single quotes, Go's escapes for the rest, a double quote as \x22 (the
+// message is logged inside double quotes).
+func quoteInput(b []byte) string {
+	more := ""
+	if len(b) > 64 {
+		b, more = b[:64], "..."
+	}
+	q := strconv.Quote(string(b))
+	return "'" + strings.ReplaceAll(q[1:len(q)-1], `\"`, `\x22`) + "'" + more
+}
+
+// maxHeadersFor is a listener's header-line limit (Envoy's
+// common_http_protocol_options.max_headers_count).
+func maxHeadersFor(ls *listenerState) int {
+	if ls != nil && ls.cfg.MaxHeadersCount > 0 {
+		return int(ls.cfg.MaxHeadersCount)
+	}
+	return config.DefaultMaxHeadersCount
+}
+
+// reject answers a request the connection refuses (Connection: close:
+// what follows it on the connection cannot be trusted to be a request),
+// with an access-log line and, for a protocol error, the listener's
+// count; both before the answer goes out, so that a client that has its
+// answer finds them there.
+func (c *h1ServerConn) reject(r *reqReject) {
+	text := http.StatusText(r.code)
+	info := c.sc.info
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	proto := r.proto
+	if proto == "" {
+		proto = "HTTP/1.1"
+	}
+	e := lb.AccessLogEntry{StartTime: time.Now(), Method: dash(r.method), Path: dash(r.target), Protocol: proto, ResponseCode: r.code,
+		Flags: r.flags, UpstreamServiceTime: -1, Authority: r.authority, BytesSent: uint64(len(text))}
+	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: r.details, failure: r.why, downstreamPeer: info.peer})
+	if r.flags&lb.FlagDPE != 0 {
+		c.w.s.countProtocolError(c.w.s.state.Load(), info)
+	}
+	_ = c.sc.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.code, text, len(text), text)
+	_ = c.bw.Flush()
+	c.lingerClose()
+}
+
+// Bounds of lingerClose.
+const (
+	lingerTimeout = time.Second
+	lingerBytes   = 256 << 10
+)
+
+// lingerClose ends the sending side of a connection the server closes
+// while the client may still be sending (a refused request's body, the
+// rest of a broken one), then reads and drops what comes, up to
+// lingerBytes or lingerTimeout or the client's end: closing a socket
+// with unread bytes sends a reset, which can make the client's stack
+// drop the answer before the client has read it (nginx's lingering
+// close; net/http's server waits instead).
+func (c *h1ServerConn) lingerClose() {
+	if c.q != nil {
+		_ = c.q.flushQueued()
+	}
+	if c.sc.CloseWrite() != nil {
+		return
+	}
+	c.src.limit = -1
+	_ = c.sc.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, c.br, lingerBytes)
+}
