@@ -25,7 +25,7 @@ const (
 
 // staticKeys are the top-level keys of the static config file.
 var staticKeys = []string{"node", "local_cluster", "admin", "health", "prometheus",
-	"access_log", "drain_timeout", "listeners", "clusters"}
+	"access_log", "drain_timeout", "global_downstream_max_connections", "listeners", "clusters"}
 
 // LoadStaticFile reads and parses the static config file at name (see
 // ParseStatic); errors start with the file name.
@@ -50,9 +50,12 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	access_log: {path: "-" (stdout, default), a file or off; format: text (default) or json;
 //	             flush_interval: how often buffered lines are written (default 1s)}
 //	drain_timeout: Go duration (default config.DefaultDrainTimeout)
+//	global_downstream_max_connections: a whole number > 0 (default: from
+//	    the file descriptor limit, see config.Config)
 //	listeners: [{name (default: the address), address, direction (outbound),
 //	    original_destination, protocol (auto|tcp|http), detection_timeout
-//	    (config.DefaultDetectionTimeout), server_first_ports,
+//	    (config.DefaultDetectionTimeout), tcp_idle_timeout
+//	    (config.DefaultTCPIdleTimeout; "0s" disables), server_first_ports,
 //	    common_http_protocol_options ({max_headers_count}: Envoy v3
 //	    HttpProtocolOptions; default config.DefaultMaxHeadersCount),
 //	    mtls (inbound only: see decodeInboundMTLS),
@@ -124,6 +127,16 @@ func parseStatic(data []byte) (*config.Config, error) {
 	}
 	if cfg.DrainTimeout, err = nonNegative(top, "drain_timeout", cfg.DrainTimeout); err != nil {
 		return nil, err
+	}
+	if top.has("global_downstream_max_connections") {
+		var n int64
+		if err := top.get("global_downstream_max_connections", &n); err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return nil, path("global_downstream_max_connections").errorf("%d must be > 0 (leave it out for the default from the file descriptor limit)", n)
+		}
+		cfg.GlobalDownstreamMaxConnections = n
 	}
 	if cfg.Clusters, err = decodeClusters(top); err != nil {
 		return nil, err

@@ -96,12 +96,14 @@ health: ""
 prometheus: "off"
 access_log: {path: /var/log/meshlet.log, format: json, flush_interval: 250ms}
 drain_timeout: 1.5s
+global_downstream_max_connections: 5000
 listeners:
   - name: in
     address: "[::1]:15006"
     direction: inbound
     protocol: http
     detection_timeout: 250ms
+    tcp_idle_timeout: 0s
     server_first_ports: [3306, 25]
     common_http_protocol_options: {max_headers_count: 20}
     routes:
@@ -123,12 +125,14 @@ listeners:
 	eq(t, [3]string{cfg.Admin, cfg.Health, cfg.Prometheus}, [3]string{})
 	eq(t, cfg.AccessLog, config.AccessLog{Path: "/var/log/meshlet.log", Format: config.AccessLogJSON, FlushInterval: 250 * time.Millisecond})
 	eq(t, cfg.DrainTimeout, 1500*time.Millisecond)
+	eq(t, cfg.GlobalDownstreamMaxConnections, int64(5000))
 	in := cfg.Listeners[0]
 	eq(t, in.Name, "in")
 	eq(t, in.Address, "[::1]:15006")
 	eq(t, in.Direction, config.Inbound)
 	eq(t, in.Protocol, config.ProtocolHTTP)
 	eq(t, in.DetectionTimeout, 250*time.Millisecond)
+	eq(t, in.TCPIdleTimeout, time.Duration(0)) // "0s": never, as 0 is for Envoy
 	eq(t, in.ServerFirstPorts, []uint16{3306, 25})
 	eq(t, in.MaxHeadersCount, uint32(20))
 	r := in.Routes[0]
@@ -141,6 +145,7 @@ listeners:
 	tcp := cfg.Listeners[1]
 	eq(t, tcp.OriginalDestination, "10.96.0.20:9000")
 	eq(t, tcp.Protocol, config.ProtocolTCP)
+	eq(t, tcp.TCPIdleTimeout, config.DefaultTCPIdleTimeout)
 	eq(t, tcp.Routes[0].Destination, "10.96.0.20:9000")
 	eq(t, tcp.MaxHeadersCount, uint32(0)) // unset: config.DefaultMaxHeadersCount
 }
@@ -216,6 +221,12 @@ func TestParseStaticErrors(t *testing.T) {
 		{"bad duration", l + "    detection_timeout: 100\n", []string{"listeners[0].detection_timeout: want a duration string"}},
 		{"bad duration syntax", l + "    detection_timeout: fast\n", []string{`listeners[0].detection_timeout: "fast" is not a duration`}},
 		{"negative duration", "drain_timeout: -1s\n", []string{"drain_timeout: -1s must be >= 0"}},
+		{"negative tcp idle timeout", l + "    tcp_idle_timeout: -1m\n", []string{"listeners[0].tcp_idle_timeout: -1m0s must be >= 0"}},
+		{"tcp idle timeout not a duration", l + "    tcp_idle_timeout: 3600\n", []string{"listeners[0].tcp_idle_timeout: want a duration string"}},
+		{"zero connection cap", "global_downstream_max_connections: 0\n", []string{"global_downstream_max_connections: 0 must be > 0 (leave it out for the default"}},
+		{"negative connection cap", "global_downstream_max_connections: -3\n", []string{"global_downstream_max_connections: -3 must be > 0"}},
+		{"connection cap not a number", "global_downstream_max_connections: many\n", []string{"global_downstream_max_connections: want a number, got string"}},
+		{"fractional connection cap", "global_downstream_max_connections: 1.5\n", []string{"global_downstream_max_connections: want a number"}},
 		{"negative route timeout", staticCluster + l + "    routes: [{cluster: echo, timeout: -2s}]\n", []string{"listeners[0].routes[0].timeout: -2s must be >= 0"}},
 		{"server first port 0", l + "    server_first_ports: [0]\n", []string{"listeners[0].server_first_ports[0]: 0 is not a port"}},
 		{"max_headers_count 0", l + "    common_http_protocol_options: {max_headers_count: 0}\n",

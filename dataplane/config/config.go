@@ -39,6 +39,8 @@ const (
 	// DefaultDrainTimeout is how long a draining sidecar waits for
 	// in-flight work (Istio's terminationDrainDuration is 5 s).
 	DefaultDrainTimeout = 5 * time.Second
+	// DefaultTCPIdleTimeout is Envoy's tcp_proxy idle_timeout default.
+	DefaultTCPIdleTimeout = time.Hour
 )
 
 // Well-known ports (Istio's numbers).
@@ -64,8 +66,16 @@ type Config struct {
 	AccessLog                 AccessLog
 	// DrainTimeout bounds the graceful drain on SIGTERM or /drain.
 	DrainTimeout time.Duration
-	Listeners    []Listener
-	Clusters     []Cluster
+	// GlobalDownstreamMaxConnections caps the downstream connections open
+	// on all listeners together (Envoy's overload manager
+	// global_downstream_max_connections): one more is accepted and closed
+	// at once, so that an accept storm cannot use up the file descriptors
+	// the open connections need. 0 is the default, derived from the
+	// process's file descriptor limit (see the data plane's
+	// DefaultMaxDownstreamConnections).
+	GlobalDownstreamMaxConnections int64
+	Listeners                      []Listener
+	Clusters                       []Cluster
 }
 
 // Node identifies the sidecar and where it runs.
@@ -137,7 +147,13 @@ type Listener struct {
 	// (Envoy's common_http_protocol_options.max_headers_count); 0 is
 	// DefaultMaxHeadersCount.
 	MaxHeadersCount uint32
-	Routes          []Route
+	// TCPIdleTimeout is Envoy's tcp_proxy idle_timeout: a connection
+	// proxied as opaque TCP (also one whose client sent nothing within
+	// DetectionTimeout) is closed on both sides once no byte moved either
+	// way for this long. 0 means never; the translators fill in
+	// DefaultTCPIdleTimeout.
+	TCPIdleTimeout time.Duration
+	Routes         []Route
 	// MTLS is an inbound listener's peer authentication and authorization;
 	// nil means PERMISSIVE with every verified peer allowed (Istio's
 	// default). It applies when the sidecar has a workload identity.
@@ -360,6 +376,12 @@ func (c *Config) Validate() error {
 		default:
 			return fmt.Errorf("config: %s.protocol: %q (want auto, tcp or http)", where, l.Protocol)
 		}
+		if l.DetectionTimeout < 0 {
+			return fmt.Errorf("config: %s.detection_timeout: %v must be >= 0", where, l.DetectionTimeout)
+		}
+		if l.TCPIdleTimeout < 0 {
+			return fmt.Errorf("config: %s.tcp_idle_timeout: %v must be >= 0 (0 disables it)", where, l.TCPIdleTimeout)
+		}
 		if l.OriginalDestination != "" {
 			if _, err := netip.ParseAddrPort(l.OriginalDestination); err != nil {
 				return fmt.Errorf("config: %s.original_destination %q: %v", where, l.OriginalDestination, err)
@@ -410,6 +432,10 @@ func (c *Config) Validate() error {
 	case "", AccessLogText, AccessLogJSON:
 	default:
 		return fmt.Errorf("config: access_log.format: %q (want text or json)", c.AccessLog.Format)
+	}
+	if c.GlobalDownstreamMaxConnections < 0 {
+		return fmt.Errorf("config: global_downstream_max_connections: %d must be >= 0 (0: the default from the file descriptor limit)",
+			c.GlobalDownstreamMaxConnections)
 	}
 	if c.AccessLog.FlushInterval < 0 {
 		return fmt.Errorf("config: access_log.flush_interval: %v must be >= 0", c.AccessLog.FlushInterval)

@@ -28,16 +28,17 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		DrainTimeout: config.DefaultDrainTimeout,
 		Listeners: []config.Listener{
 			{Name: "outbound", Address: fmt.Sprintf("127.0.0.1:%d", config.PortOutbound), Direction: config.Outbound,
-				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout},
 			{Name: "inbound", Address: fmt.Sprintf("0.0.0.0:%d", config.PortInbound), Direction: config.Inbound,
-				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout},
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout},
 		},
 	}
 	if hasIPv6Loopback() {
 		// connect6 sends the app's IPv6 connects here (the same routes as
 		// IPv4 arrive over xDS: mergeXDS fills both).
 		cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "outbound6", Address: fmt.Sprintf("[::1]:%d", config.PortOutbound),
-			Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout})
+			Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout,
+			TCPIdleTimeout: config.DefaultTCPIdleTimeout})
 	}
 	if m := getenv("MESHLET_MTLS_MODE"); m != "" {
 		mode := config.MTLSMode(strings.ToUpper(m))
