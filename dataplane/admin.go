@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -308,14 +309,23 @@ func (s *Server) adminClusters(w http.ResponseWriter, r *http.Request) {
 	_ = b.Flush()
 }
 
-// statValue is one flat stat of /stats.
+// statValue is one flat stat of /stats. An Envoy stat of a cluster,
+// listener, TCP proxy or HTTP connection manager also has its scope
+// ("cluster", "listener", "tcp", "http"), the scope's name and the stat's
+// own name, which Prometheus gets as Envoy's tag extraction renders them
+// (envoy_cluster_upstream_rq_total{envoy_cluster_name="..."}): names may
+// hold dots themselves.
 type statValue struct {
-	name  string
-	value int64
+	name             string
+	value            int64
+	scope, scopeName string
+	stat             string
+	gauge            bool
 }
 
 // Stats returns every flat statistic of /stats by name
-// (cluster.<name>.<stat>, server.*, access_log.*).
+// (cluster.<name>.<stat>, listener.<address>.<stat>, tcp.<cluster>.<stat>,
+// http.<listener name>.<stat>, server.*, overload.*, access_log.*).
 func (s *Server) Stats() map[string]int64 {
 	out := map[string]int64{}
 	for _, sv := range s.flatStats() {
@@ -327,18 +337,21 @@ func (s *Server) Stats() map[string]int64 {
 func (s *Server) flatStats() []statValue {
 	st := s.state.Load()
 	var out []statValue
+	envoyStat := func(scope, name, stat string, v int64, gauge bool) {
+		out = append(out, statValue{name: scope + "." + name + "." + stat, value: v, scope: scope, scopeName: name, stat: stat, gauge: gauge})
+	}
 	for _, name := range st.clusterNames() {
 		c := st.clusters[name]
-		p := "cluster." + name + "."
+		stat := func(n string, v int64, gauge bool) { envoyStat("cluster", name, n, v, gauge) }
 		for i, n := range clusterCounterNames {
-			out = append(out, statValue{p + n, int64(sumCounter(c, clusterCounter(i)))})
+			stat(n, int64(sumCounter(c, clusterCounter(i))), false)
 		}
 		for i, n := range clusterGaugeNames {
-			out = append(out, statValue{p + n, sumGauge(c, clusterGauge(i))})
+			stat(n, sumGauge(c, clusterGauge(i)), true)
 		}
 		lbs := sumLB(c)
 		for _, n := range lb.StatNames {
-			out = append(out, statValue{p + n, int64(lbs[n])})
+			stat(n, int64(lbs[n]), false)
 		}
 		snap := c.snap.Load()
 		var total, healthy, degraded, excluded int
@@ -348,10 +361,12 @@ func (s *Server) flatStats() []statValue {
 			degraded += len(hs.Degraded)
 			excluded += len(hs.Excluded)
 		}
-		out = append(out, statValue{p + "membership_total", int64(total)}, statValue{p + "membership_healthy", int64(healthy)},
-			statValue{p + "membership_degraded", int64(degraded)}, statValue{p + "membership_excluded", int64(excluded)})
+		stat("membership_total", int64(total), true)
+		stat("membership_healthy", int64(healthy), true)
+		stat("membership_degraded", int64(degraded), true)
+		stat("membership_excluded", int64(excluded), true)
 		if os := c.outlierStats.Load(); os != nil {
-			os.Each(func(n string, v uint64) { out = append(out, statValue{p + "outlier_detection." + n, int64(v)}) })
+			os.Each(func(n string, v uint64) { stat("outlier_detection."+n, int64(v), n == "ejections_active") })
 		}
 	}
 	for _, ls := range st.listenersByName() {
@@ -359,14 +374,38 @@ func (s *Server) flatStats() []statValue {
 			continue
 		}
 		hs := s.httpStatsFor(ls.cfg.Name)
-		out = append(out, statValue{"http." + ls.cfg.Name + ".downstream_cx_protocol_error", int64(hs.downstreamCxProtocolError.Load())})
+		envoyStat("http", ls.cfg.Name, "downstream_cx_protocol_error", int64(hs.downstreamCxProtocolError.Load()), false)
+	}
+	for _, name := range st.clusterNames() {
+		var n uint64
+		for _, cs := range st.clusters[name].stats {
+			n += cs.tcpIdleTimeout.Load()
+		}
+		envoyStat("tcp", name, "idle_timeout", int64(n), false)
+	}
+	for _, addr := range slices.Sorted(maps.Keys(st.listeners)) {
+		ls := st.listeners[addr].stats
+		name := envoyListenerAddress(addr)
+		envoyStat("listener", name, "downstream_cx_total", int64(ls.cxTotal.Load()), false)
+		envoyStat("listener", name, "downstream_cx_destroy", int64(ls.cxDestroy.Load()), false)
+		envoyStat("listener", name, "downstream_cx_active", ls.cxActive.Load(), true)
+		envoyStat("listener", name, "downstream_global_cx_overflow", int64(ls.globalCxOverflow.Load()), false)
+		envoyStat("listener", name, "downstream_pre_cx_timeout", int64(ls.preCxTimeout.Load()), false)
 	}
 	if a := s.access.Load(); a != nil {
-		out = append(out, statValue{"access_log.dropped", int64(a.dropped.Load())}, statValue{"access_log.written", int64(a.written.Load())})
+		out = append(out, statValue{name: "access_log.dropped", value: int64(a.dropped.Load())},
+			statValue{name: "access_log.written", value: int64(a.written.Load())})
 	}
-	out = append(out, statValue{"server.events_dropped", int64(s.dropped.Load())}, statValue{"server.concurrency", int64(len(s.workers))},
-		statValue{"server.go_processors", int64(runtime.GOMAXPROCS(0))},
-		statValue{"server.uptime", int64(time.Since(s.started).Seconds())})
+	active := s.downstreamActive.Load()
+	out = append(out, statValue{name: "server.events_dropped", value: int64(s.dropped.Load())},
+		statValue{name: "server.concurrency", value: int64(len(s.workers)), gauge: true},
+		statValue{name: "server.go_processors", value: int64(runtime.GOMAXPROCS(0)), gauge: true},
+		statValue{name: "server.uptime", value: int64(time.Since(s.started).Seconds()), gauge: true},
+		statValue{name: "server.downstream_cx_active", value: active, gauge: true},
+		statValue{name: "server.global_downstream_max_connections", value: st.maxDownstream, gauge: true},
+		// Envoy's resource pressure gauge, in percent.
+		statValue{name: "overload.envoy.resource_monitors.global_downstream_max_connections.pressure",
+			value: min(100, active*100/max(1, st.maxDownstream)), gauge: true})
 	return out
 }
 
@@ -415,20 +454,16 @@ func (c *collector) Describe(chan<- *prometheus.Desc) {} // unchecked collector
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	st := s.state.Load()
-	gauge := map[string]bool{"upstream_rq_active": true, "upstream_rq_pending_active": true, "upstream_cx_active": true,
-		"membership_total": true, "membership_healthy": true, "membership_degraded": true, "membership_excluded": true,
-		"outlier_detection.ejections_active": true}
-	for _, sv := range s.flatStats() {
-		name, cluster, ok := strings.Cut(strings.TrimPrefix(sv.name, "cluster."), ".")
-		if !strings.HasPrefix(sv.name, "cluster.") || !ok {
+	stats := s.flatStats()
+	for _, sv := range stats {
+		if sv.scope == "" {
 			continue
 		}
-		stat := cluster
-		cluster = name
-		labels := []string{"envoy_cluster_name"}
-		values := []string{cluster}
-		metric := "envoy_cluster_" + strings.ReplaceAll(stat, ".", "_")
-		if strings.HasPrefix(stat, "upstream_rq_") && len(stat) == len("upstream_rq_2xx") && stat[len(stat)-2:] == "xx" {
+		stat := sv.stat
+		labels := []string{envoyScopeLabels[sv.scope]}
+		values := []string{sv.scopeName}
+		metric := "envoy_" + sv.scope + "_" + strings.ReplaceAll(stat, ".", "_")
+		if sv.scope == "cluster" && strings.HasPrefix(stat, "upstream_rq_") && len(stat) == len("upstream_rq_2xx") && stat[len(stat)-2:] == "xx" {
 			metric = "envoy_cluster_upstream_rq_xx"
 			labels = append(labels, "envoy_response_code_class")
 			values = append(values, stat[len("upstream_rq_"):len("upstream_rq_")+1])
@@ -438,33 +473,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		// suffix, which Prometheus' linter rejects; meshlet exposes those
 		// names untyped instead (rate() works the same).
 		typ := prometheus.UntypedValue
-		if gauge[stat] && !strings.HasSuffix(metric, "_total") {
+		if sv.gauge && !strings.HasSuffix(metric, "_total") {
 			typ = prometheus.GaugeValue
-		} else if !gauge[stat] && strings.HasSuffix(metric, "_total") {
+		} else if !sv.gauge && strings.HasSuffix(metric, "_total") {
 			typ = prometheus.CounterValue
 		}
 		ch <- prometheus.MustNewConstMetric(desc(metric, labels), typ, float64(sv.value), values...)
 	}
-	for _, sv := range s.flatStats() {
-		rest, ok := strings.CutPrefix(sv.name, "http.")
-		if !ok {
-			continue
-		}
-		// http.<listener>.<stat>: the listener's name may hold dots, the
-		// stat's does not.
-		i := strings.LastIndexByte(rest, '.')
-		ch <- prometheus.MustNewConstMetric(desc("envoy_http_"+rest[i+1:], []string{"envoy_http_conn_manager_prefix"}),
-			prometheus.UntypedValue, float64(sv.value), rest[:i])
-	}
-	for _, sv := range s.flatStats() {
-		if strings.HasPrefix(sv.name, "cluster.") || strings.HasPrefix(sv.name, "http.") {
+	for _, sv := range stats {
+		if sv.scope != "" {
 			continue
 		}
 		metric := "meshlet_" + strings.ReplaceAll(sv.name, ".", "_")
-		typ := prometheus.CounterValue
-		if strings.HasSuffix(sv.name, "concurrency") || strings.HasSuffix(sv.name, "uptime") || strings.HasSuffix(sv.name, "go_processors") {
-			typ = prometheus.GaugeValue
-		} else {
+		if strings.HasPrefix(sv.name, "overload.") {
+			// Envoy's name (its overload stats have no tags).
+			metric = "envoy_" + strings.ReplaceAll(sv.name, ".", "_")
+		}
+		typ := prometheus.GaugeValue
+		if !sv.gauge {
+			typ = prometheus.CounterValue
 			metric += "_total"
 		}
 		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(metric, "meshlet statistic "+sv.name, nil, nil), typ, float64(sv.value))
@@ -472,6 +499,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectRequests(ch, st)
 	c.collectMTLS(ch)
 }
+
+// envoyScopeLabels are the labels Envoy's tag extraction gives each scope's
+// name.
+var envoyScopeLabels = map[string]string{"cluster": "envoy_cluster_name", "listener": "envoy_listener_address", "tcp": "envoy_tcp_prefix",
+	"http": "envoy_http_conn_manager_prefix"}
 
 var (
 	handshakesDesc = prometheus.NewDesc("meshlet_mtls_handshakes_total",

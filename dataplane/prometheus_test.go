@@ -148,3 +148,28 @@ func TestResponseFlagsInMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Cluster names with dots (Istio's outbound|80||echo.default.svc.cluster.local)
+// stay whole in the envoy_cluster_name label.
+func TestPrometheusDottedClusterName(t *testing.T) {
+	a := upstream(t, "127.0.0.11", named("a1"))
+	const name = "outbound|80||echo.default.svc.cluster.local"
+	cfg := testConfig(noRetry, testCluster(name, endpoint(a, "a")))
+	cfg.Listeners[0].Routes[0].Cluster = name
+	cfg.Prometheus = "127.0.0.1:0"
+	s, _ := startServer(t, cfg)
+	get(t, http.DefaultClient, s, "/")
+	text := scrape(t, s)
+	for _, want := range []string{
+		`envoy_cluster_upstream_rq_total{envoy_cluster_name="` + name + `"} 1`,
+		`envoy_cluster_upstream_rq_xx{envoy_cluster_name="` + name + `",envoy_response_code_class="2"} 1`,
+		`envoy_tcp_idle_timeout{envoy_tcp_prefix="` + name + `"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("exposition lacks %s", want)
+		}
+	}
+	if strings.Contains(text, `envoy_cluster_name="outbound|80||echo"`) {
+		t.Error("a cluster name was cut at its first dot")
+	}
+}

@@ -82,9 +82,16 @@ type Server struct {
 	opts  Options
 	log   *slog.Logger
 	state atomic.Pointer[state]
-	// stats shards per cluster name, kept across reloads.
+	// stats shards per cluster name and listener stats per address, kept
+	// across reloads.
 	statsMu sync.Mutex
 	stats   map[string][]*clusterStats
+	lstats  map[string]*listenerStats
+	// downstreamActive counts the open downstream connections of every
+	// listener (admit); lastOverflowWarn is when the last refusal was
+	// logged (UnixNano).
+	downstreamActive atomic.Int64
+	lastOverflowWarn atomic.Int64
 
 	workers  []*worker
 	events   chan event
@@ -119,6 +126,10 @@ type state struct {
 	cfg       *config.Config
 	clusters  map[string]*cluster
 	listeners map[string]*listenerState // by address
+	// maxDownstream is the cap on open downstream connections
+	// (GlobalDownstreamMaxConnections, or the default from the file
+	// descriptor limit).
+	maxDownstream int64
 }
 
 type listenerState struct {
@@ -130,6 +141,7 @@ type listenerState struct {
 	// and the TLS config that reads the current certificate per handshake.
 	policies  *mtls.PortPolicies
 	tlsConfig *tls.Config
+	stats     *listenerStats
 }
 
 type routeState struct {
@@ -201,7 +213,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{},
+	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{}, lstats: map[string]*listenerStats{},
 		events: make(chan event, mainEventQueue), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
 		mainDone: make(chan struct{}), drained: make(chan struct{}), rnd: newRandom()}
 	if s.log == nil {
@@ -287,7 +299,7 @@ func (s *Server) openListeners(st *state) error {
 			group = append(group, l)
 			// Port 0: the first socket picks the port, the rest join it.
 			bind = l.Addr().String()
-			go w.acceptLoop(l, addr)
+			go w.acceptLoop(l, addr, s.listenerStatsFor(addr))
 		}
 		s.listeners[addr] = group
 	}
@@ -356,7 +368,11 @@ func (s *Server) Config() *config.Config { return s.state.Load().cfg }
 // old whose configuration did not change (they keep their health state,
 // pickers and connection pools).
 func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
-	st := &state{cfg: cfg, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{}}
+	st := &state{cfg: cfg, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{},
+		maxDownstream: maxDownstream(cfg.GlobalDownstreamMaxConnections)}
+	if old == nil || old.maxDownstream != st.maxDownstream {
+		s.logConnectionLimit(cfg, st.maxDownstream)
+	}
 	var local []lb.Endpoint
 	if cfg.LocalCluster != "" {
 		local = cfg.ClusterByName(cfg.LocalCluster).Endpoints
@@ -381,7 +397,7 @@ func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
 	}
 	for i := range cfg.Listeners {
 		lc := &cfg.Listeners[i]
-		ls := &listenerState{cfg: lc, serverFirst: map[uint16]bool{}}
+		ls := &listenerState{cfg: lc, serverFirst: map[uint16]bool{}, stats: s.listenerStatsFor(lc.Address)}
 		if lc.OriginalDestination != "" {
 			ls.staticDst = netip.MustParseAddrPort(lc.OriginalDestination)
 		}

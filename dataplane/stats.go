@@ -72,6 +72,10 @@ type clusterStats struct {
 	gauges   [numClusterGauges]atomic.Int64
 	// lb holds this worker's lb_* counters (the Picker adds to it).
 	lb lb.Stats
+	// tcpIdleTimeout counts TCP-proxied connections to the cluster closed
+	// by the idle timeout: Envoy's tcp.<stat_prefix>.idle_timeout, whose
+	// stat_prefix Istio sets to the cluster name.
+	tcpIdleTimeout atomic.Uint64
 }
 
 func (s *clusterStats) inc(c clusterCounter)           { s.counters[c].Add(1) }

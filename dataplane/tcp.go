@@ -2,13 +2,14 @@ package dataplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshlet-dev/meshlet/lb"
@@ -90,41 +91,186 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		}
 	}
 	defer up.Close()
-	// What detection buffered goes first, then the bare socket, which
-	// io.Copy splices (the buffered reader reads through raw system
-	// calls, which splice cannot).
-	var src io.Reader = c
+	idle := newIdleWatch(ls.cfg.TCPIdleTimeout, c, up)
+	defer idle.stop()
+	var head []byte // what detection buffered goes first
 	if pre != nil && pre.Buffered() > 0 {
-		head, _ := pre.Peek(pre.Buffered())
-		src = io.MultiReader(bytes.NewReader(head), c)
+		head, _ = pre.Peek(pre.Buffered())
 	}
-	// io.Copy splices between two bare sockets; bytes the sk_msg program
-	// moved straight into a peer socket never reach the queue splice
-	// reads, so accelerated connections are copied with read and write.
-	var toUp io.Writer = up
-	var fromUp io.Reader = up
-	var toDown io.Writer = c
-	if acc := w.s.opts.Accelerated; acc != nil && (acc(c) || acc(up)) {
-		src, fromUp = struct{ io.Reader }{src}, struct{ io.Reader }{up}
-		toUp, toDown = struct{ io.Writer }{up}, struct{ io.Writer }{c}
-	}
+	// Bytes the sk_msg program moved straight into a peer socket never
+	// reach the queue splice reads, so accelerated connections are copied
+	// with read and write.
+	acc := w.s.opts.Accelerated
+	spliced := acc == nil || !(acc(c) || acc(up))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(toUp, src) // splice(2) when src is the bare socket
+		n, _ := w.copyTCP(up, c, head, spliced, idle)
 		rx = uint64(n)
 		closeWrite(up)
 	}()
-	n, err := io.Copy(toDown, fromUp)
+	n, err := w.copyTCP(c, up, nil, spliced, idle)
 	tx = uint64(n)
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if idle.fired() {
+		details = "idle_timeout"
+		stats.tcpIdleTimeout.Add(1)
+	} else if err != nil && !errors.Is(err, net.ErrClosed) {
 		e.Flags |= lb.FlagUC
 		details = "upstream_connection_termination"
 	}
 	closeWrite(c)
 	wg.Wait()
 }
+
+// errNoSplice: splice cannot go on (see pipePool.splice); the rest is
+// copied with read and write.
+var errNoSplice = errors.New("dataplane: no splice")
+
+// copyTCP copies head, then src, to dst until src's end: with splice(2)
+// when allowed and both are plain sockets, else with read and write
+// through one of the worker's buffers. idle learns of every byte moved.
+// It returns the bytes written to dst.
+func (w *worker) copyTCP(dst, src net.Conn, head []byte, spliced bool, idle *idleWatch) (int64, error) {
+	var total int64
+	if len(head) > 0 {
+		n, err := dst.Write(head)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+		idle.touch()
+	}
+	if rsrc, rdst := bareTCP(src), bareTCP(dst); spliced && rsrc != nil && rdst != nil {
+		n, err := w.pipes.splice(rdst, rsrc, idle)
+		total += n
+		// The wrappers count bytes they see; these went round them.
+		if cc, ok := src.(*countedConn); ok {
+			cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+		}
+		if cc, ok := dst.(*countedConn); ok {
+			cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+		}
+		if err != errNoSplice {
+			return total, err
+		}
+	}
+	buf := w.bufs.Get()
+	defer w.bufs.Put(buf)
+	// The wrappers hide ReadFrom and WriteTo, which would splice.
+	n, err := io.CopyBuffer(idleWriter{dst, idle}, idleReader{src, idle}, buf)
+	return total + n, err
+}
+
+// bareTCP is the socket under a plaintext connection (nil for TLS).
+func bareTCP(c net.Conn) *net.TCPConn {
+	switch x := c.(type) {
+	case *net.TCPConn:
+		return x
+	case *countedConn:
+		tc, _ := x.Conn.(*net.TCPConn)
+		return tc
+	}
+	return nil
+}
+
+// idleReader and idleWriter tell an idleWatch that bytes moved.
+type idleReader struct {
+	r    io.Reader
+	idle *idleWatch
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.idle.touch()
+	}
+	return n, err
+}
+
+type idleWriter struct {
+	w    io.Writer
+	idle *idleWatch
+}
+
+func (w idleWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if n > 0 {
+		w.idle.touch()
+	}
+	return n, err
+}
+
+// idleWatch closes both sides of a proxied connection once no byte moved
+// either way for its timeout (Envoy's tcp_proxy idle_timeout). Moving
+// bytes only stores the time; one runtime timer per connection checks it
+// when the timeout could have passed and is re-armed for what is left,
+// so the copy loops never touch a timer, and a busy connection costs one
+// timer firing per timeout. (The worker clock would not do: it ticks
+// every clockTick while any alarm is set, and these last an hour.) A nil
+// idleWatch (timeout 0) does nothing.
+type idleWatch struct {
+	timeout time.Duration
+	// last is when bytes last moved, as nanoseconds since clockEpoch.
+	last  atomic.Int64
+	timer *time.Timer
+	conns [2]io.Closer
+	// state is watching, fired (it closed the connection) or stopped.
+	state atomic.Int32
+}
+
+const (
+	idleWatching = iota
+	idleFired
+	idleStopped
+)
+
+func newIdleWatch(timeout time.Duration, a, b io.Closer) *idleWatch {
+	if timeout <= 0 {
+		return nil
+	}
+	iw := &idleWatch{timeout: timeout, conns: [2]io.Closer{a, b}}
+	iw.touch()
+	// Armed once iw.timer is set: check may re-arm it.
+	iw.timer = time.AfterFunc(math.MaxInt64, iw.check)
+	iw.timer.Reset(timeout)
+	return iw
+}
+
+// touch records that bytes moved now.
+func (iw *idleWatch) touch() {
+	if iw != nil {
+		iw.last.Store(int64(time.Since(clockEpoch)))
+	}
+}
+
+// check runs when the timeout may have passed: it closes the connection,
+// or waits for the rest of the timeout counted from the last bytes.
+func (iw *idleWatch) check() {
+	quiet := time.Since(clockEpoch) - time.Duration(iw.last.Load())
+	if quiet < iw.timeout {
+		if iw.state.Load() == idleWatching {
+			iw.timer.Reset(iw.timeout - quiet)
+		}
+		return
+	}
+	if iw.state.CompareAndSwap(idleWatching, idleFired) {
+		for _, c := range iw.conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// stop ends the watch (the connection is over).
+func (iw *idleWatch) stop() {
+	if iw != nil {
+		iw.state.CompareAndSwap(idleWatching, idleStopped)
+		iw.timer.Stop()
+	}
+}
+
+// fired reports whether the watch closed the connection.
+func (iw *idleWatch) fired() bool { return iw != nil && iw.state.Load() == idleFired }
 
 func closeWrite(c net.Conn) {
 	type cw interface{ CloseWrite() error }

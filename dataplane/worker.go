@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type worker struct {
 	// events queues this worker's request results for the main loop.
 	events chan event
 	bufs   *bufferPool
+	// pipes are the TCP proxy's splice pipes (nil where splice is not
+	// available).
+	pipes *pipePool
 
 	httpConns *chanListener
 	// inflight counts this worker's HTTP requests being served (Drain
@@ -60,6 +64,7 @@ func newWorker(s *Server, id int) *worker {
 	w.events = make(chan event, workerEventQueue)
 	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
+	w.pipes = newPipePool(pipePoolSize)
 	w.httpConns = newChanListener()
 	w.httpSrv = &http.Server{
 		Handler:           http.HandlerFunc(w.serveHTTP),
@@ -92,7 +97,9 @@ type connInfo struct {
 
 type connInfoKey struct{}
 
-func (w *worker) acceptLoop(l *net.TCPListener, addr string) {
+// acceptLoop accepts the connections of one listener socket, refusing
+// those over the sidecar's downstream connection cap (Server.admit).
+func (w *worker) acceptLoop(l *net.TCPListener, addr string, ls *listenerStats) {
 	for {
 		c, err := l.AcceptTCP()
 		if err != nil {
@@ -106,9 +113,14 @@ func (w *worker) acceptLoop(l *net.TCPListener, addr string) {
 			time.Sleep(5 * time.Millisecond) // EMFILE and friends: back off
 			continue
 		}
+		if !w.s.admit(ls) {
+			c.Close()
+			continue
+		}
 		w.s.conns.Add(1)
 		go func() {
 			defer w.s.conns.Done()
+			defer w.s.downstreamClosed(ls)
 			w.serveConn(c, addr)
 		}()
 	}
@@ -156,7 +168,10 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 	if br == nil {
 		br = bufio.NewReaderSize(socketIO(c), 4096)
 	}
-	kind := detect(c, br, ls.cfg.DetectionTimeout)
+	kind, timedOut := detect(c, br, ls.cfg.DetectionTimeout)
+	if timedOut {
+		ls.stats.preCxTimeout.Add(1)
+	}
 	sc := &sniffedConn{TCPConn: c, r: br, w: socketIO(c), info: info}
 	switch {
 	case kind == kindHTTP2:
@@ -192,8 +207,13 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // knowledge, an HTTP/1.x request line, or else opaque TCP. It reads until
 // it can tell (a request line to its end, up to the buffer's size) or the
 // client has sent nothing more within timeout (a server-first protocol, or
-// a client that has not said enough: see classifyEnd).
-func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) protoKind {
+// a client that has not said enough: see classifyEnd); timedOut says the
+// timeout ended it. Unlike Envoy's listener_filters_timeout, which closes
+// the connection unless continue_on_listener_filters_timeout is set,
+// meshlet always goes on, inbound too: an app's server-first protocol
+// reached by a client without a sidecar needs it, and what bounds a silent
+// client is then the TCP proxy's idle timeout (tcp_idle_timeout).
+func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) (kind protoKind, timedOut bool) {
 	if timeout <= 0 {
 		timeout = config.DefaultDetectionTimeout
 	}
@@ -203,10 +223,10 @@ func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) protoKind {
 		_, err := br.Peek(want)
 		b, _ := br.Peek(br.Buffered())
 		if k, done := classifyPrefix(b); done {
-			return k
+			return k, false
 		}
 		if err != nil || len(b) == br.Size() {
-			return classifyEnd(b)
+			return classifyEnd(b), errors.Is(err, os.ErrDeadlineExceeded)
 		}
 		want = len(b) + 1
 	}
@@ -621,6 +641,7 @@ func (w *worker) drain() {
 }
 
 func (w *worker) close() {
+	w.pipes.close()
 	w.drainH1(true)
 	w.httpConns.Close()
 	_ = w.httpSrv.Close()
