@@ -50,6 +50,9 @@ type Cluster struct {
 	nodes      bool
 	// hostNet is the host side of the nodes' network (Nodes only).
 	hostNet *hostNet
+	// kubeletDirMade: /var/lib/kubelet did not exist before the nodes
+	// started, so their teardown removes it.
+	kubeletDirMade bool
 }
 
 // ClusterOptions change what StartClusterWith starts.

@@ -161,6 +161,7 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 	tag := fmt.Sprint(os.Getpid() % 100000)
 	hn := c.hostNet
 	var nodes []*Node
+	c.kubeletDirMade = !fileExists(kubeletFixedDir)
 	t.Cleanup(func() { c.stopNodes(t, nodes) })
 
 	// The scheduler, with the admin credentials.
@@ -483,7 +484,16 @@ func (c *Cluster) stopNodes(t *testing.T, nodes []*Node) {
 	for _, n := range nodes {
 		n.stop(t)
 	}
+	// The kubelet's device-plugin socket has a fixed path, outside its
+	// --root-dir; what the nodes made there goes with them.
+	if c.kubeletDirMade {
+		_ = os.RemoveAll(kubeletFixedDir)
+	}
 }
+
+// kubeletFixedDir holds what a kubelet creates at a fixed path whatever
+// its --root-dir (the device-plugin socket).
+const kubeletFixedDir = "/var/lib/kubelet"
 
 func (n *Node) stop(t *testing.T) {
 	// kubelet, then containerd.
