@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-	"golang.org/x/sys/unix"
 )
 
 // h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster,
@@ -24,12 +23,19 @@ import (
 // the proxy benchmark). Requests with a body, whose upload may overlap the
 // response, go to fallback, a net/http Transport on the same dialer.
 //
+// A connection goes back to the pool only clean: the response read to its
+// end, no byte after it in the reader's buffer. Taken from the pool, it
+// must still be open and silent (open, one non-blocking peek): an idle
+// HTTP/1.1 connection has nothing to say, and bytes there would be read as
+// the next request's response. This matters most inbound, where the pool
+// to the app is shared by every peer: one peer that gets the app to send
+// more than its response must not hand that to another.
+//
 // Connections idle longer than the cluster's idle timeout (kept shorter
 // than the upstream's, the UC race) are closed, at reuse and by a sweep.
 // A reused connection that fails before any byte of the response arrives
-// (the upstream closed it while idle) is retried once on a new one for
-// idempotent methods, as net/http does; other methods first check that
-// the idle connection has not been closed.
+// (the upstream closed it just after the peek) is retried once on a new
+// one for idempotent methods, as net/http does.
 type h1Pool struct {
 	w           *worker
 	c           *cluster
@@ -57,6 +63,14 @@ type h1Conn struct {
 	q readQueuer
 	// quiet: taken from the pool under quietIdle after its last use.
 	quiet bool
+	// rc is the socket for open's peek (nil without one), and peek its
+	// callback, made once with the connection so that a peek allocates
+	// nothing; the callback leaves its result in peekN, peekErr, peekBuf.
+	rc      syscall.RawConn
+	peek    func(fd uintptr) bool
+	peekN   int
+	peekErr syscall.Errno
+	peekBuf [len("HTTP/1.1 408")]byte
 }
 
 // quietIdle is how long an idle connection may have been idle for its
@@ -99,6 +113,19 @@ func newH1Conn(addr string, conn net.Conn) *h1Conn {
 		}
 	}
 	pc.bw = bufio.NewWriterSize(out, 4<<10)
+	sock := conn
+	if cc, ok := conn.(*countedConn); ok {
+		sock = cc.Conn
+	}
+	if sc, ok := sock.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			pc.rc = rc
+			pc.peek = func(fd uintptr) bool {
+				pc.peekN, pc.peekErr = peekSocket(fd, pc.peekBuf[:])
+				return true // never wait
+			}
+		}
+	}
 	return pc
 }
 
@@ -117,7 +144,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	addr := req.URL.Host
 	idempotent := isIdempotent(req.Method)
 	for attempt := 0; ; attempt++ {
-		pc, err := p.get(req.Context(), addr, !idempotent)
+		pc, err := p.get(req.Context(), addr)
 		if err != nil {
 			return nil, err
 		}
@@ -148,9 +175,9 @@ func isIdempotent(method string) bool {
 	return false
 }
 
-// get takes an idle connection to addr, or dials one. check makes sure an
-// idle connection is still open (one read attempt that must not block).
-func (p *h1Pool) get(ctx context.Context, addr string, check bool) (*h1Conn, error) {
+// get takes an idle connection to addr that is still open and silent
+// (open), or dials one.
+func (p *h1Pool) get(ctx context.Context, addr string) (*h1Conn, error) {
 	now := time.Now()
 	for {
 		p.mu.Lock()
@@ -165,7 +192,7 @@ func (p *h1Pool) get(ctx context.Context, addr string, check bool) (*h1Conn, err
 		if pc == nil {
 			break
 		}
-		if now.Sub(pc.idleSince) >= p.idleTimeout || (check && !pc.open()) {
+		if now.Sub(pc.idleSince) >= p.idleTimeout || !pc.open() {
 			pc.conn.Close()
 			continue
 		}
@@ -179,36 +206,46 @@ func (p *h1Pool) get(ctx context.Context, addr string, check bool) (*h1Conn, err
 	return newH1Conn(addr, conn), nil
 }
 
-// open reports whether an idle connection is still usable: nothing to read
-// (an idle HTTP/1.1 connection has nothing to say) and no end of stream. It
-// peeks without blocking (MSG_PEEK | MSG_DONTWAIT): a read deadline in the
-// past would return before trying.
+// open reports whether an idle connection may carry a request: nothing to
+// read (an idle HTTP/1.1 connection has nothing to say; bytes there would
+// be taken for the next request's response) and no end of stream. It
+// peeks without blocking (MSG_PEEK | MSG_DONTWAIT, a system call per
+// reuse): a read deadline in the past would return before trying. Bytes
+// found count as a protocol error, as Envoy counts a response without a
+// request, but for the 408 an upstream may send before it closes an idle
+// connection.
 func (pc *h1Conn) open() bool {
 	if pc.br.Buffered() > 0 {
+		pc.countProtocolError()
 		return false
 	}
-	conn := pc.conn
-	if cc, ok := conn.(*countedConn); ok {
-		conn = cc.Conn
-	}
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
+	if pc.rc == nil {
 		return true
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	if err := pc.rc.Read(pc.peek); err != nil {
 		return false
 	}
-	alive := false
-	var b [1]byte
-	if err := raw.Read(func(fd uintptr) bool {
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		alive = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
-		return true // never wait
-	}); err != nil {
+	if n := pc.peekN; n > 0 {
+		if !is408(pc.peekBuf[:n]) {
+			pc.countProtocolError()
+		}
 		return false
 	}
-	return alive
+	return pc.peekN < 0 && (pc.peekErr == syscall.EAGAIN || pc.peekErr == syscall.EWOULDBLOCK)
+}
+
+// is408 reports whether b starts a 408 response (an upstream closing an
+// idle connection says so first).
+func is408(b []byte) bool {
+	return len(b) >= len("HTTP/1.1 408") && string(b[:7]) == "HTTP/1." && string(b[8:12]) == " 408"
+}
+
+// countProtocolError counts a connection closed for an upstream protocol
+// error (Envoy's upstream_cx_protocol_error).
+func (pc *h1Conn) countProtocolError() {
+	if cc, ok := pc.conn.(*countedConn); ok {
+		cc.st.inc(cUpstreamCxProtocolError)
+	}
 }
 
 // roundTrip sends req on pc and reads the response head. nothingRead
@@ -370,10 +407,18 @@ func (e exchangeWatch) release() bool {
 	return e.stop()
 }
 
-// finish returns pc to the pool if the exchange ended cleanly (keep) and
-// its context watch could be stopped before it fired; else closes it.
+// finish returns pc to the pool if the exchange ended cleanly (keep),
+// nothing after the response in the reader's buffer, and its context
+// watch could be stopped before it fired; else closes it.
 func (p *h1Pool) finish(pc *h1Conn, stop exchangeWatch, keep bool) {
-	if !stop.release() || !keep {
+	// Bytes after a whole response answer no request: kept, they would
+	// be the next request's response. Envoy's codec fails the connection
+	// on them ("extraneous data after response complete").
+	extra := pc.br.Buffered() > 0
+	if extra {
+		pc.countProtocolError()
+	}
+	if !stop.release() || !keep || extra {
 		pc.conn.Close()
 		return
 	}

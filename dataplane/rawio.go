@@ -233,3 +233,17 @@ func (s *rawSocket) Write(p []byte) (int, error) {
 	}
 	return n, werr
 }
+
+// peekSocket peeks at what socket fd holds without blocking
+// (MSG_PEEK | MSG_DONTWAIT) into b: n bytes, 0 at its end, or errno
+// (EAGAIN: nothing there). A raw recvfrom with no address: x/sys/unix's
+// Recvfrom allocates its address buffers on every call.
+func peekSocket(fd uintptr, b []byte) (n int, errno syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e != syscall.EINTR {
+			return int(r), e
+		}
+	}
+}

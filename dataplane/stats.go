@@ -38,6 +38,7 @@ const (
 	cUpstreamCxRxBytesTotal
 	cUpstreamCxTxBytesTotal
 	cUpstreamCxIdleTimeout
+	cUpstreamCxProtocolError
 	numClusterCounters
 )
 
@@ -49,7 +50,7 @@ var clusterCounterNames = [numClusterCounters]string{
 	"upstream_rq_rx_reset", "upstream_rq_tx_reset",
 	"upstream_cx_total", "upstream_cx_connect_fail", "upstream_cx_connect_timeout", "upstream_cx_overflow",
 	"upstream_cx_destroy", "upstream_cx_none_healthy", "upstream_cx_rx_bytes_total", "upstream_cx_tx_bytes_total",
-	"upstream_cx_idle_timeout",
+	"upstream_cx_idle_timeout", "upstream_cx_protocol_error",
 }
 
 // clusterGauge indexes per-worker gauges (each worker adds and subtracts;
