@@ -2,11 +2,14 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,10 +27,10 @@ import (
 // response, go to fallback, a net/http Transport on the same dialer.
 //
 // A connection goes back to the pool only clean: the response read to its
-// end, no byte after it in the reader's buffer. Taken from the pool, it
-// must still be open and silent (open, one non-blocking peek): an idle
-// HTTP/1.1 connection has nothing to say, and bytes there would be read as
-// the next request's response. This matters most inbound, where the pool
+// end, framed as RFC 9112 says (checkFraming), no byte after it in the
+// reader's buffer. Taken from the pool, it must still be open and silent
+// (open, one non-blocking peek): an idle HTTP/1.1 connection has nothing
+// to say, and bytes there would be read as the next request's response. This matters most inbound, where the pool
 // to the app is shared by every peer: one peer that gets the app to send
 // more than its response must not hand that to another.
 //
@@ -54,6 +57,7 @@ const maxIdlePerHost = 1024
 type h1Conn struct {
 	addr      string
 	conn      net.Conn
+	src       upstreamSource // what br reads
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
@@ -72,6 +76,36 @@ type h1Conn struct {
 	peekErr syscall.Errno
 	peekBuf [len("HTTP/1.1 408")]byte
 }
+
+// upstreamSource is what a pool connection's reader reads from: the
+// connection, plus, while tapping, a copy of what it read. A response head
+// read by http.ReadResponse is tapped when it is not whole in the reader's
+// buffer: the Response net/http makes no longer shows a Content-Length
+// beside a Transfer-Encoding, which checkFraming must see.
+type upstreamSource struct {
+	conn    net.Conn
+	tapping bool
+	tap     []byte
+}
+
+func (s *upstreamSource) Read(p []byte) (int, error) {
+	if !s.tapping {
+		return s.conn.Read(p)
+	}
+	if len(s.tap) >= maxResponseHeaderBytes {
+		return 0, errResponseHeadTooLarge
+	}
+	n, err := s.conn.Read(p)
+	s.tap = append(s.tap, p[:n]...)
+	return n, err
+}
+
+// maxResponseHeaderBytes bounds a response head, as Envoy's
+// max_response_headers_kb default does (and the fallback Transport's
+// MaxResponseHeaderBytes).
+const maxResponseHeaderBytes = 60 << 10
+
+var errResponseHeadTooLarge = fmt.Errorf("response head larger than %d bytes", maxResponseHeaderBytes)
 
 // quietIdle is how long an idle connection may have been idle for its
 // next response read to wait without a read attempt first (readQueuer):
@@ -105,7 +139,9 @@ func (w queuedWriter) Write(p []byte) (int, error) {
 
 // newH1Conn is the pool's connection over conn (from worker.dial).
 func newH1Conn(addr string, conn net.Conn) *h1Conn {
-	pc := &h1Conn{addr: addr, conn: conn, br: bufio.NewReaderSize(conn, 4<<10)}
+	pc := &h1Conn{addr: addr, conn: conn}
+	pc.src.conn = conn
+	pc.br = bufio.NewReaderSize(&pc.src, 4<<10)
 	var out io.Writer = conn
 	if cc, ok := conn.(*countedConn); ok {
 		if q, ok := cc.raw.(readQueuer); ok {
@@ -269,6 +305,10 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
 		stop.release()
 		pc.conn.Close()
+		var pe *upstreamProtocolError
+		if errors.As(err, &pe) {
+			pc.countProtocolError()
+		}
 		if req.Context().Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(req.Context()))
 		}
@@ -285,15 +325,18 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	if pc.q != nil && pc.reused && pc.quiet {
 		pc.q.waitAfterQueued() // the head goes out with the response's read
 	}
+	keep := true // the framing allows reuse
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
 			return fail(err, true)
 		}
 		var fast bool
 		if resp, fast = readResponseFast(pc.br, req, st); !fast {
-			if resp, err = http.ReadResponse(pc.br, req); err != nil {
+			var reusable bool
+			if resp, reusable, err = pc.readResponse(req); err != nil {
 				return fail(err, false)
 			}
+			keep = keep && reusable
 		}
 		// 1xx but 101 are informational (103 Early Hints): the final
 		// response follows.
@@ -309,7 +352,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		resp.Body = &h1Upgraded{pc: pc}
 		return resp, false, nil
 	}
-	keep := !resp.Close && !req.Close
+	keep = keep && !resp.Close && !req.Close
 	if resp.Body == http.NoBody || resp.ContentLength == 0 && len(resp.TransferEncoding) == 0 {
 		resp.Body = http.NoBody
 		p.finish(pc, stop, keep)
@@ -326,6 +369,153 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	resp.Body = b
 	return resp, false, nil
 }
+
+// readResponse reads a response head that readResponseFast declined with
+// http.ReadResponse, and checks its framing (checkFraming); reusable
+// false means the connection must close after it. An error is the
+// connection's (it ended, failed, timed out) or an upstreamProtocolError.
+func (pc *h1Conn) readResponse(req *http.Request) (resp *http.Response, reusable bool, err error) {
+	buf, _ := pc.br.Peek(pc.br.Buffered())
+	f, whole := scanFraming(buf)
+	if !whole {
+		pc.src.tap = append(pc.src.tap[:0], buf...)
+		pc.src.tapping = true
+	}
+	resp, err = http.ReadResponse(pc.br, req)
+	if !whole {
+		pc.src.tapping = false
+		if err == nil {
+			f, whole = scanFraming(pc.src.tap)
+		}
+		if cap(pc.src.tap) > 16<<10 {
+			pc.src.tap = nil // a long head's copy is not kept with the connection
+		}
+	}
+	switch {
+	case errors.Is(err, errResponseHeadTooLarge):
+		return nil, false, &upstreamProtocolError{detail: "http1.headers_too_large", err: err}
+	case err != nil && !connError(err):
+		return nil, false, &upstreamProtocolError{detail: "http1.codec_error", err: err}
+	case err != nil:
+		return nil, false, err
+	case !whole:
+		return nil, false, &upstreamProtocolError{detail: "http1.codec_error", err: errors.New("response head read without its end")}
+	}
+	reusable, err = checkFraming(resp, f)
+	return resp, reusable, err
+}
+
+// connError reports an error of the connection itself, as opposed to a
+// response net/http could not parse: its end, a failed read, a deadline.
+func connError(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne)
+}
+
+// headFraming is what the raw lines of a response head say about its
+// framing.
+type headFraming struct {
+	contentLength    bool // a Content-Length line
+	transferEncoding bool // a Transfer-Encoding line
+}
+
+// scanFraming looks through a response head at the start of b for
+// Content-Length and Transfer-Encoding lines, lines as net/textproto splits
+// them (LF or CRLF; a line starting with a space or tab continues the
+// last). whole reports that b holds the head's end, its empty line.
+func scanFraming(b []byte) (f headFraming, whole bool) {
+	first := true
+	for {
+		nl := bytes.IndexByte(b, '\n')
+		if nl < 0 {
+			return f, false
+		}
+		line := b[:nl]
+		b = b[nl+1:]
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		if first {
+			first = false // the status line
+			continue
+		}
+		if len(line) == 0 {
+			return f, true
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		name := line
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			name = line[:i]
+		}
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			f.contentLength = true
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			f.transferEncoding = true
+		}
+	}
+}
+
+// checkFraming holds a response net/http read (resp, with the raw head's
+// framing lines f) to what net/http lets through and RFC 9112 leaves to
+// the recipient; it reports whether the connection may be reused, or an
+// upstreamProtocolError. Where RFC 9112 lets a recipient choose, this
+// follows Envoy (its HTTP/1 client codec), not haproxy, which forwards
+// more of these:
+//
+//   - Content-Length and Transfer-Encoding together (RFC 9112, 6.3: the
+//     Transfer-Encoding wins, but it "ought to be handled as an error",
+//     a request smuggling or response splitting attempt): 502, as Envoy
+//     without allow_chunked_length (net/http takes it as chunked);
+//   - a Transfer-Encoding, or a Content-Length but 0, on a 1xx or 204
+//     (RFC 9110, 8.6; RFC 9112, 6.1: a sender must not): 502, as Envoy
+//     (net/http reads no body and ignores them);
+//   - a Transfer-Encoding in an HTTP/1.0 response: the framing is faulty
+//     and the connection closes after it (RFC 9112, 6.1, a must).
+//
+// A body after a HEAD, 1xx, 204 or 304 head cannot be one (RFC 9112,
+// 6.3): its bytes come after the response, and finish closes the
+// connection on them, the response delivered, as Envoy does on data
+// after a complete response. Multiple differing or invalid
+// Content-Length values and unknown transfer codings net/http already
+// refuses: readResponse makes them protocol errors.
+func checkFraming(resp *http.Response, f headFraming) (reusable bool, err error) {
+	code := resp.StatusCode
+	if f.contentLength && f.transferEncoding {
+		return false, &upstreamProtocolError{detail: "http1.content_length_and_chunked_not_allowed",
+			err: fmt.Errorf("response %d has both Content-Length and Transfer-Encoding", code)}
+	}
+	if code < 200 || code == http.StatusNoContent {
+		if f.transferEncoding {
+			return false, &upstreamProtocolError{detail: "http1.transfer_encoding_not_allowed",
+				err: fmt.Errorf("response %d has a Transfer-Encoding", code)}
+		}
+		for _, v := range resp.Header["Content-Length"] {
+			if v != "0" {
+				return false, &upstreamProtocolError{detail: "http1.content_length_not_allowed",
+					err: fmt.Errorf("response %d has Content-Length %q", code, v)}
+			}
+		}
+	}
+	return !f.transferEncoding || resp.ProtoAtLeast(1, 1), nil
+}
+
+// upstreamProtocolError is an upstream response that breaks HTTP/1.1 (its
+// framing above all): the connection closes, and the request fails as in
+// Envoy on an upstream codec error, 502 with the UPE flag.
+type upstreamProtocolError struct {
+	detail string // Envoy's http1.* detail for it
+	err    error
+}
+
+func (e *upstreamProtocolError) Error() string {
+	return "upstream protocol error (" + e.detail + "): " + e.err.Error()
+}
+
+func (e *upstreamProtocolError) Unwrap() error { return e.err }
 
 // writeRequestHead writes a request without a body as net/http's
 // Request.Write would (request line, Host, Content-Length: 0 for the

@@ -294,6 +294,9 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 		w.localReply(rw, ex, http.StatusGatewayTimeout, "upstream request timeout")
 	case ex.flags&lb.FlagUH != 0:
 		w.localReply(rw, ex, http.StatusServiceUnavailable, "no healthy upstream")
+	case ex.flags&lb.FlagUPE != 0:
+		// Envoy's words; what broke the protocol is in the access log.
+		w.localReply(rw, ex, http.StatusBadGateway, "upstream connect error or disconnect/reset before headers. reset reason: protocol error")
 	default:
 		reason := "connection termination"
 		switch {
@@ -441,7 +444,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 				ex.noRetry(decision)
 				return nil, err
 			}
-			ex.flags &^= lb.FlagUF | lb.FlagUC | lb.FlagUT | lb.FlagUR
+			ex.flags &^= lb.FlagUF | lb.FlagUC | lb.FlagUT | lb.FlagUR | lb.FlagUPE
 		}
 		ex.stats.inc(cUpstreamRqRetry)
 		c.retriesActive.Add(1)
@@ -618,6 +621,16 @@ func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host
 		ex.details = "upstream_per_try_timeout"
 		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
 		return int(lb.ResetLocal), true
+	}
+	var pe *upstreamProtocolError
+	if errors.As(err, &pe) {
+		// Envoy's reset for an upstream codec error: 502, UPE, counted as
+		// its connection pools count a protocol_error reset.
+		ex.flags |= lb.FlagUPE
+		ex.failure = err.Error()
+		ex.details = "upstream_reset_before_response_started{protocol_error}"
+		ex.stats.inc(cUpstreamRqTxReset)
+		return int(lb.ResetProtocolError), false
 	}
 	var se http2.StreamError
 	if errors.As(err, &se) && se.Code == http2.ErrCodeRefusedStream {
@@ -802,7 +815,7 @@ func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 		DisableCompression:     true,
 		ForceAttemptHTTP2:      false,
 		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 60 << 10,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	})
 }
 
