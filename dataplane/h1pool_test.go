@@ -230,12 +230,12 @@ func TestHTTPUpstreamResetMidBody(t *testing.T) {
 func TestHTTPTricklingBodyIsForwarded(t *testing.T) {
 	// The first half of each response body must reach the client while
 	// the upstream holds back the rest: a sized body on the pool (GET),
-	// one on the fallback transport (POST with a body), a chunked one.
+	// one answering an upload (POST with a body), a chunked one.
 	for _, tc := range []struct {
 		name, method, head, first, rest string
 	}{
 		{"sized", http.MethodGet, "Content-Length: 10\r\n", "hello", "world"},
-		{"sized-fallback", http.MethodPost, "Content-Length: 10\r\n", "hello", "world"},
+		{"sized-upload", http.MethodPost, "Content-Length: 10\r\n", "hello", "world"},
 		{"chunked", http.MethodGet, "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n", "5\r\nworld\r\n0\r\n\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -796,6 +796,9 @@ func (cc *countedConn) Close() error {
 
 // newUpstreamTransport is a worker's connection pool for one cluster:
 // HTTP/1.1 keep-alive with the cluster's idle timeout (h1Pool), or h2c.
+// The HTTP/1.1 pool's fallback Transport, for the few requests the pool
+// does not write itself, keeps no connection: it would pool one before
+// looking for bytes after its response (h1Pool).
 func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return w.dial(ctx, c, addr) }
 	if c.cfg.Protocol == config.UpstreamHTTP2 {
@@ -809,9 +812,7 @@ func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 	}
 	return newH1Pool(w, c, &http.Transport{
 		DialContext:            dial,
-		MaxIdleConns:           0,
-		MaxIdleConnsPerHost:    1024,
-		IdleConnTimeout:        idleTimeout(c),
+		DisableKeepAlives:      true,
 		DisableCompression:     true,
 		ForceAttemptHTTP2:      false,
 		ExpectContinueTimeout:  time.Second,
