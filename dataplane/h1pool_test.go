@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -342,5 +344,142 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 		if writeRequestHead(bw, req) || bw.Buffered() > 0 {
 			t.Errorf("%s %s (close %v): taken", req.Method, req.URL, req.Close)
 		}
+	}
+}
+
+// writeHead frames a body as Request.Write does: Content-Length for a
+// known size, chunked for an unknown one.
+func TestWriteHeadFramesBodies(t *testing.T) {
+	for _, n := range []int64{7, -1} {
+		req, err := http.NewRequest(http.MethodPut, "http://echo/up?x=1", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = n
+		req.Header.Set("X-Request-Id", "r1")
+		var ours bytes.Buffer
+		bw := bufio.NewWriter(&ours)
+		if !writeHead(bw, req, n) {
+			t.Fatalf("Content-Length %d: not taken", n)
+		}
+		if n < 0 {
+			bw.WriteString("7\r\npayload\r\n0\r\n\r\n")
+		} else {
+			bw.WriteString("payload")
+		}
+		bw.Flush()
+		var theirs bytes.Buffer
+		if err := req.Write(&theirs); err != nil {
+			t.Fatal(err)
+		}
+		a, err := http.ReadRequest(bufio.NewReader(&ours))
+		if err != nil {
+			t.Fatalf("Content-Length %d: ours does not parse: %v\n%s", n, err, ours.String())
+		}
+		b, err := http.ReadRequest(bufio.NewReader(&theirs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab, _ := io.ReadAll(a.Body)
+		bb, _ := io.ReadAll(b.Body)
+		if a.Method != b.Method || a.RequestURI != b.RequestURI || a.ContentLength != b.ContentLength ||
+			!reflect.DeepEqual(a.TransferEncoding, b.TransferEncoding) || !reflect.DeepEqual(a.Header, b.Header) || string(ab) != string(bb) {
+			t.Errorf("Content-Length %d:\nours   %s %s %d %v %v %q\ntheirs %s %s %d %v %v %q", n,
+				a.Method, a.RequestURI, a.ContentLength, a.TransferEncoding, a.Header, ab,
+				b.Method, b.RequestURI, b.ContentLength, b.TransferEncoding, b.Header, bb)
+		}
+	}
+}
+
+// Request bodies, sized or chunked, go up on pooled connections: the
+// upstream gets each request whole, framed as sent, and one connection
+// carries them all.
+func TestH1PoolUploads(t *testing.T) {
+	u := startHostileUpstream(t, func(req *http.Request, body string) (string, bool) {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body)+3, "up:"+body), false
+	})
+	s, _ := startServer(t, httpOnly(testConfig(noRetry, testCluster("echo", endpoint(u.addr, "a")))))
+	rc := dialRawClient(t, s)
+	big := strings.Repeat("0123456789", 10<<10)
+	for i, tc := range []struct{ raw, body string }{
+		{"POST /sized HTTP/1.1\r\nHost: echo\r\nContent-Length: 5\r\n\r\nhello", "hello"},
+		{"POST /chunked HTTP/1.1\r\nHost: echo\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n", "hello"},
+		{"PUT /big HTTP/1.1\r\nHost: echo\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big, big},
+		{"GET /after HTTP/1.1\r\nHost: echo\r\n\r\n", ""},
+	} {
+		resp, body, err := rc.send("POST", tc.raw)
+		if err != nil || resp.StatusCode != 200 || body != "up:"+tc.body {
+			t.Fatalf("request %d: %v %q", i, err, trim(body))
+		}
+	}
+	reqs := u.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("the upstream got %d requests, want 4", len(reqs))
+	}
+	for i, r := range reqs {
+		if r.conn != 1 {
+			t.Errorf("request %d %s on upstream connection %d, want all on 1", i, r.req.URL, r.conn)
+		}
+	}
+	if r := reqs[0]; r.body != "hello" || !strings.Contains(r.raw, "\r\nContent-Length: 5\r\n") || !strings.HasSuffix(r.raw, "\r\n\r\nhello") {
+		t.Errorf("sized upload reached the upstream as %q", r.raw)
+	}
+	if r := reqs[1]; r.body != "hello" || !strings.Contains(r.raw, "\r\nTransfer-Encoding: chunked\r\n") || !strings.HasSuffix(r.raw, "0\r\n\r\n") {
+		t.Errorf("chunked upload reached the upstream as %q", r.raw)
+	}
+	if r := reqs[2]; r.body != big {
+		t.Errorf("big upload reached the upstream with %d bytes, want %d", len(r.body), len(big))
+	}
+}
+
+// An upstream that answers before the request body is all there: the
+// answer reaches the client, and the connection, whose upload the
+// upstream would take for the next request's start, is closed.
+func TestH1PoolAnswerBeforeUpload(t *testing.T) {
+	var conns atomic.Int64
+	ended := make(chan int64, 10)
+	addr := serveTCP(t, "127.0.0.12", func(c net.Conn) {
+		n := conns.Add(1)
+		defer func() { ended <- n }()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			// The answer goes out before the body is read.
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+			if _, err := io.Copy(io.Discard, req.Body); err != nil {
+				return
+			}
+		}
+	})
+	s, _ := startServer(t, httpOnly(testConfig(noRetry, testCluster("echo", endpoint(addr, "a")))))
+	rc := dialRawClient(t, s)
+	// Half of the body, then the rest once the proxy has the answer.
+	if _, err := io.WriteString(rc.c, "POST /early HTTP/1.1\r\nHost: echo\r\nContent-Length: 10\r\n\r\nhello"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-ended:
+		if n != 1 {
+			t.Fatalf("upstream connection %d ended, want 1", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection of the unfinished upload was kept")
+	}
+	// The answer leaves the proxy with its connection's next read (h1Out),
+	// the body's, which the rest of the body ends.
+	resp, body, err := rc.send("POST", "world")
+	if err != nil || resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("early answer: %v %q", err, body)
+	}
+	if code, body, _ := get(t, &http.Client{Transport: &http.Transport{}}, s, "/next"); code != 200 || body != "ok" {
+		t.Fatalf("next request: %d %q", code, body)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("upstream connections %d, want 2", n)
 	}
 }
