@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet-dev/meshlet/internal/privileged"
 )
 
 const (
@@ -61,12 +63,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireRoot fails (never skips) a test that cannot run.
+// requireRoot skips a test that cannot run without root, or fails it where
+// privileged tests are required (privileged.Root).
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("the bpf tests load eBPF programs and create cgroups and network namespaces: they need root (run: sudo go test ./bpf/)")
-	}
+	privileged.Root(t, "the bpf tests load eBPF programs and create cgroups and network namespaces (run: sudo go test ./bpf/)")
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("the bpf tests need the ip command (iproute2): %v", err)
 	}

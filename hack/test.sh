@@ -80,6 +80,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 go version
 
+# Privileged tests fail here instead of skipping (internal/privileged).
+export MESHLET_REQUIRE_PRIVILEGED=1
+
 step "sweeping what a killed earlier run left (bpf/sweep.sh)"
 bash bpf/sweep.sh
 leftover_check() {

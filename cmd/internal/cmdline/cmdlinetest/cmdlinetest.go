@@ -202,7 +202,7 @@ func ExitCodes(t *testing.T, pkg string, cases []ExitCode) {
 	}
 	name := filepath.Base(abs)
 	bin := filepath.Join(t.TempDir(), name)
-	build := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-o", bin, pkg)
+	build := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-buildvcs=false", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet-dev/meshlet/internal/privileged"
 )
 
 // mkdirs makes the directories under root: the kubelet's cgroup layouts
@@ -97,9 +99,7 @@ func TestPodCgroupFromEnv(t *testing.T) {
 // search must return the v2 one. A pod directory is made in the real
 // hierarchy (and, on a hybrid host, in a v1 controller too).
 func TestFindPodCgroupOnThisHost(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes cgroups: it needs root (CI runs as root)")
-	}
+	privileged.Root(t, "this test makes cgroups")
 	isV2 := func(p string) bool {
 		var fs unix.Statfs_t
 		return unix.Statfs(p, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC

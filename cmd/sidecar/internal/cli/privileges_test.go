@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/meshlet-dev/meshlet/bpf"
+
+	"github.com/meshlet-dev/meshlet/internal/privileged"
 )
 
 // TestDropPrivileges runs dropPrivileges in a child process (it cannot be
@@ -21,9 +23,7 @@ func TestDropPrivileges(t *testing.T) {
 		privDropChild(t, mode)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test drops root privileges in a child process and loads eBPF maps: it needs root (CI runs as root)")
-	}
+	privileged.Root(t, "this test drops root privileges in a child process and loads eBPF maps")
 	for _, mode := range []string{"drop", "probe-fails"} {
 		t.Run(mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestDropPrivileges$", "-test.v")

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/internal/privileged"
 )
 
 // The real `sidecar run -redirect=ebpf` in a pod fixture: a network
@@ -32,9 +34,7 @@ func TestRunWithEBPFRedirect(t *testing.T) {
 		inner(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test loads eBPF programs and builds cgroups and network namespaces: it needs root (CI runs as root)")
-	}
+	privileged.Root(t, "this test loads eBPF programs and builds cgroups and network namespaces")
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("iproute2 (ip) is needed for the network namespace: %v", err)
 	}
