@@ -9,37 +9,28 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 )
 
-// h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster.
-// The request's own goroutine writes the request head and reads the
-// response on a pooled connection (net/http's Transport hands every
-// request to a writer and a reader goroutine per connection, a cost that
-// showed in the proxy benchmark); a request body goes up from a goroutine
-// of its own meanwhile (sendBody), since the response may come before the
-// upload ends. Only requests whose head it does not write (an Expect, a
-// body with trailers, a head net/http would have to clean) go to
-// fallback, a net/http Transport on the same dialer that never reuses a
-// connection: its reader pools a connection before it has looked for
-// bytes after the response, so a request handed that connection could
-// read them as its own response.
+// h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster,
+// for the common request: one without a body. The request's own goroutine
+// writes the request and reads the response on a pooled connection, with
+// no other goroutine involved (net/http's Transport hands every request to
+// a writer and a reader goroutine per connection, a cost that showed in
+// the proxy benchmark). Requests with a body, whose upload may overlap the
+// response, go to fallback, a net/http Transport on the same dialer.
 //
 // A connection goes back to the pool only clean: the response read to its
 // end, framed as RFC 9112 says (checkFraming), no byte after it in the
-// reader's buffer, the request's body all sent. Taken from the pool, it
-// must still be open and silent (open, one non-blocking peek): an idle
-// HTTP/1.1 connection has nothing to say, and bytes there would be read as
-// the next request's response. This matters most inbound, where the pool
+// reader's buffer. Taken from the pool, it must still be open and silent
+// (open, one non-blocking peek): an idle HTTP/1.1 connection has nothing
+// to say, and bytes there would be read as the next request's response. This matters most inbound, where the pool
 // to the app is shared by every peer: one peer that gets the app to send
 // more than its response must not hand that to another.
 //
@@ -47,7 +38,7 @@ import (
 // than the upstream's, the UC race) are closed, at reuse and by a sweep.
 // A reused connection that fails before any byte of the response arrives
 // (the upstream closed it just after the peek) is retried once on a new
-// one for idempotent methods without a body, as net/http does.
+// one for idempotent methods, as net/http does.
 type h1Pool struct {
 	w           *worker
 	c           *cluster
@@ -60,8 +51,7 @@ type h1Pool struct {
 	closed bool
 }
 
-// maxIdlePerHost bounds the idle connections to one upstream address (as
-// net/http's MaxIdleConnsPerHost would).
+// maxIdlePerHost bounds the idle connections kept per upstream address.
 const maxIdlePerHost = 1024
 
 type h1Conn struct {
@@ -75,19 +65,8 @@ type h1Conn struct {
 	// q is the socket's queue for its next read (raw socket I/O), nil
 	// without: a request head goes out with the read of its response.
 	q readQueuer
-	// queuedOut is bw's writer through q; direct: bw writes to conn
-	// instead, as for a request with a body, uploaded from another
-	// goroutine while this one reads.
-	queuedOut io.Writer
-	direct    bool
 	// quiet: taken from the pool under quietIdle after its last use.
 	quiet bool
-	// sending: the exchange's request body is being uploaded (sendBody),
-	// whose end arrives on sent; bodyRead: the uploader has read all of
-	// it and its last bytes are going out.
-	sending  bool
-	sent     chan error
-	bodyRead atomic.Bool
 	// rc is the socket for open's peek (nil without one), and peek its
 	// callback, made once with the connection so that a peek allocates
 	// nothing; the callback leaves its result in peekN, peekErr, peekBuf.
@@ -167,10 +146,8 @@ func newH1Conn(addr string, conn net.Conn) *h1Conn {
 	if cc, ok := conn.(*countedConn); ok {
 		if q, ok := cc.raw.(readQueuer); ok {
 			pc.q, out = q, queuedWriter{q: q, cc: cc}
-			pc.queuedOut = out
 		}
 	}
-	pc.direct = pc.queuedOut == nil
 	pc.bw = bufio.NewWriterSize(out, 4<<10)
 	sock := conn
 	if cc, ok := conn.(*countedConn); ok {
@@ -188,21 +165,6 @@ func newH1Conn(addr string, conn net.Conn) *h1Conn {
 	return pc
 }
 
-// setDirect points bw at the socket itself (direct) or at the read queue,
-// where there is one. A request with a body is written direct: its body
-// goes up from another goroutine, after the head and while this one reads.
-func (pc *h1Conn) setDirect(direct bool) {
-	if pc.queuedOut == nil || pc.direct == direct {
-		return
-	}
-	pc.direct = direct
-	if direct {
-		pc.bw.Reset(pc.conn)
-	} else {
-		pc.bw.Reset(pc.queuedOut)
-	}
-}
-
 func newH1Pool(w *worker, c *cluster, fallback *http.Transport) *h1Pool {
 	return &h1Pool{w: w, c: c, fallback: fallback, idleTimeout: idleTimeout(c), idle: map[string][]*h1Conn{}}
 }
@@ -216,8 +178,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		return p.fallback.RoundTrip(req)
 	}
 	addr := req.URL.Host
-	// Only a request with nothing to resend but its head goes again.
-	again := isIdempotent(req.Method) && !hasBody(req)
+	idempotent := isIdempotent(req.Method)
 	for attempt := 0; ; attempt++ {
 		pc, err := p.get(req.Context(), addr)
 		if err != nil {
@@ -227,7 +188,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		if attempt == 0 && pc.reused && nothingRead && again && req.Context().Err() == nil {
+		if attempt == 0 && pc.reused && nothingRead && idempotent && req.Context().Err() == nil {
 			continue // closed by the upstream while idle
 		}
 		return nil, err
@@ -237,22 +198,9 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 // writesHead reports whether RoundTrip sends req itself, its head
 // written before RoundTrip returns (so req.Header is not read after it),
 // rather than through the fallback Transport, whose writer may still read
-// it after a cancelled RoundTrip returned. A body goes up after the head,
-// from the body alone.
+// it after a cancelled RoundTrip returned.
 func (p *h1Pool) writesHead(req *http.Request) bool {
-	if hget(req.Header, "Expect") != "" {
-		return false
-	}
-	if !hasBody(req) {
-		return true
-	}
-	_, ok := headHost(req)
-	return ok && len(req.Trailer) == 0
-}
-
-// hasBody reports whether req has a body to send.
-func hasBody(req *http.Request) bool {
-	return req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
+	return (req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0) && hget(req.Header, "Expect") == ""
 }
 
 func isIdempotent(method string) bool {
@@ -361,29 +309,12 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		if errors.As(err, &pe) {
 			pc.countProtocolError()
 		}
-		if pc.sending {
-			pc.sending = false
-			select {
-			case werr := <-pc.sent:
-				if werr != nil {
-					err = fmt.Errorf("%w (%w)", err, werr)
-				}
-			default:
-			}
-		}
 		if req.Context().Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(req.Context()))
 		}
 		return nil, nothing, err
 	}
-	body := hasBody(req)
-	pc.setDirect(body)
-	switch {
-	case body:
-		if !writeHead(pc.bw, req, req.ContentLength) {
-			return fail(fmt.Errorf("request head for %s %s not writable", req.Method, req.URL), true)
-		}
-	case !writeRequestHead(pc.bw, req):
+	if !writeRequestHead(pc.bw, req) {
 		if err := req.Write(pc.bw); err != nil {
 			return fail(err, true)
 		}
@@ -391,9 +322,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	if err := pc.bw.Flush(); err != nil {
 		return fail(err, true)
 	}
-	if body {
-		p.sendBody(pc, req)
-	} else if pc.q != nil && pc.reused && pc.quiet {
+	if pc.q != nil && pc.reused && pc.quiet {
 		pc.q.waitAfterQueued() // the head goes out with the response's read
 	}
 	keep := true // the framing allows reuse
@@ -588,108 +517,6 @@ func (e *upstreamProtocolError) Error() string {
 
 func (e *upstreamProtocolError) Unwrap() error { return e.err }
 
-// sendBody uploads req's body on pc from a goroutine of its own, after
-// the head, while the request's goroutine reads the response: an upstream
-// may answer before it has read the whole body (a 413, a stream), as
-// Envoy and net/http's Transport allow. Its result arrives on pc.sent; a
-// failed upload closes the connection, so that the upstream never takes
-// what it got for a whole request.
-func (p *h1Pool) sendBody(pc *h1Conn, req *http.Request) {
-	if pc.sent == nil {
-		pc.sent = make(chan error, 1)
-	}
-	pc.sending = true
-	pc.bodyRead.Store(false)
-	body, n, bufs := req.Body, req.ContentLength, p.w.bufs
-	go func() {
-		err := pc.writeBody(body, n, bufs)
-		pc.sent <- err
-		if err != nil {
-			pc.conn.Close()
-		}
-	}()
-}
-
-// writeBody writes body, n bytes or chunked (n < 0), flushing what each
-// read gave (an upload reaches the upstream as it comes), and closes it.
-func (pc *h1Conn) writeBody(body io.ReadCloser, n int64, bufs *bufferPool) error {
-	defer body.Close()
-	buf := bufs.Get()
-	defer bufs.Put(buf)
-	var w io.Writer = pc.bw
-	var chunks io.WriteCloser
-	if n < 0 {
-		chunks = httputil.NewChunkedWriter(pc.bw)
-		w = chunks
-	}
-	var sent int64
-	for {
-		m, rerr := body.Read(buf)
-		if m > 0 {
-			if n >= 0 && sent+int64(m) > n {
-				return fmt.Errorf("request body to %s longer than its Content-Length %d", pc.addr, n)
-			}
-			if _, err := w.Write(buf[:m]); err != nil {
-				return fmt.Errorf("sending the request body to %s: %w", pc.addr, err)
-			}
-			if sent += int64(m); sent == n {
-				pc.bodyRead.Store(true) // the answer may come as soon as this is out
-			}
-			if err := pc.bw.Flush(); err != nil {
-				return fmt.Errorf("sending the request body to %s: %w", pc.addr, err)
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("reading the request body for %s after %d bytes: %w", pc.addr, sent, rerr)
-		}
-	}
-	if n >= 0 {
-		if sent != n {
-			return fmt.Errorf("request body to %s ended after %d of its %d bytes", pc.addr, sent, n)
-		}
-		return nil
-	}
-	pc.bodyRead.Store(true)
-	_ = chunks.Close() // the last chunk; no trailers (writesHead)
-	_, _ = pc.bw.WriteString("\r\n")
-	if err := pc.bw.Flush(); err != nil {
-		return fmt.Errorf("sending the request body to %s: %w", pc.addr, err)
-	}
-	return nil
-}
-
-// uploadWait bounds how long a finished exchange waits for its upload's
-// last bytes to go out (net/http's Transport waits as long before reuse).
-const uploadWait = 50 * time.Millisecond
-
-// uploaded reports whether the exchange's request body went up whole, once
-// its response has ended. It waits for the uploader only once the body is
-// all read, its last bytes going out, and not for long (the upstream may
-// have stopped reading): a response that came before leaves the rest of
-// the upload to no one, and the connection closes (Envoy resets the
-// upstream request too).
-func (pc *h1Conn) uploaded() bool {
-	select {
-	case err := <-pc.sent:
-		return err == nil
-	default:
-	}
-	if !pc.bodyRead.Load() {
-		return false
-	}
-	t := time.NewTimer(uploadWait)
-	defer t.Stop()
-	select {
-	case err := <-pc.sent:
-		return err == nil
-	case <-t.C:
-		return false
-	}
-}
-
 // writeRequestHead writes a request without a body as net/http's
 // Request.Write would (request line, Host, Content-Length: 0 for the
 // methods that carry a body, the headers on one line each, no
@@ -699,16 +526,23 @@ func (pc *h1Conn) uploaded() bool {
 // opaque URL, an invalid Host, a header name or value net/http would
 // have to clean (control characters, line breaks), a body.
 func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
-	return req.Body == nil && writeHead(bw, req, 0)
-}
-
-// writeHead writes req's head as writeRequestHead does, framing a body
-// of n bytes (n > 0: Content-Length) or a chunked one (n < 0), as
-// Request.Write would frame it; the body is the caller's.
-func writeHead(bw *bufio.Writer, req *http.Request, n int64) bool {
-	host, ok := headHost(req)
-	if !ok {
+	host := req.Host
+	if host == "" && req.URL != nil {
+		host = req.URL.Host
+	}
+	if req.Body != nil || req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
+		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
 		return false
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
 	}
 	_, _ = bw.WriteString(req.Method)
 	_ = bw.WriteByte(' ')
@@ -721,14 +555,8 @@ func writeHead(bw *bufio.Writer, req *http.Request, n int64) bool {
 	} else if len(ua) > 0 && ua[0] != "" {
 		writeHeaderLine(bw, "User-Agent", ua[0])
 	}
-	switch {
-	case n > 0:
-		_, _ = bw.WriteString("Content-Length: ")
-		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
-		_, _ = bw.WriteString("\r\n")
-	case n < 0:
-		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
-	case req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch:
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
 		_, _ = bw.WriteString("Content-Length: 0\r\n")
 	}
 	for k, vv := range req.Header {
@@ -742,30 +570,6 @@ func writeHead(bw *bufio.Writer, req *http.Request, n int64) bool {
 	}
 	_, _ = bw.WriteString("\r\n")
 	return true
-}
-
-// headHost is the Host writeHead writes for req; ok is false for a request
-// whose head it leaves to Request.Write (writeRequestHead says which).
-func headHost(req *http.Request) (host string, ok bool) {
-	host = req.Host
-	if host == "" && req.URL != nil {
-		host = req.URL.Host
-	}
-	if req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
-		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
-		return "", false
-	}
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return "", false
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return "", false
-			}
-		}
-	}
-	return host, true
 }
 
 // writeHeaderLine writes "k: v" (a valid value), trimmed as net/http
@@ -793,15 +597,10 @@ func (e exchangeWatch) release() bool {
 	return e.stop()
 }
 
-// finish returns pc to the pool if the exchange ended cleanly (keep), its
-// request body all sent, nothing after the response in the reader's
-// buffer, and its context watch could be stopped before it fired; else
-// closes it.
+// finish returns pc to the pool if the exchange ended cleanly (keep),
+// nothing after the response in the reader's buffer, and its context
+// watch could be stopped before it fired; else closes it.
 func (p *h1Pool) finish(pc *h1Conn, stop exchangeWatch, keep bool) {
-	if pc.sending {
-		pc.sending = false
-		keep = keep && pc.uploaded()
-	}
 	// Bytes after a whole response answer no request: kept, they would
 	// be the next request's response. Envoy's codec fails the connection
 	// on them ("extraneous data after response complete").

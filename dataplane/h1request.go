@@ -336,7 +336,7 @@ func validAuthority[T string | []byte](a T) bool {
 		}
 		host, port = a[:end+1], a[end+1:]
 		if len(port) > 0 {
-			if port[0] != ':' || len(port) == 1 {
+			if port[0] != ':' {
 				return false
 			}
 			port = port[1:]
@@ -344,10 +344,7 @@ func validAuthority[T string | []byte](a T) bool {
 	} else {
 		for i := 0; i < len(a); i++ {
 			if a[i] == ':' {
-				host, port = a[:i], a[i+1:]
-				if len(port) == 0 {
-					return false
-				}
+				host, port = a[:i], a[i+1:] // an empty port is valid (RFC 3986 §3.2.3)
 				break
 			}
 		}

@@ -483,6 +483,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		rw.hadBody = true
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm, w: rw}
 		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
+			// The proxy answers 100 Continue itself (Envoy's default,
+			// proxy_100_continue false) once the request goes upstream
+			// (sendContinue): a local answer (no route, no healthy
+			// host) leaves the client's body unsent.
 			body.rw = rw
 			req.Header.Del("Expect")
 		}
@@ -667,10 +671,25 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 type h1ReqBody struct {
 	io.ReadCloser
 	onEOF  func()
-	rw     *h1Writer // send 100 Continue first
+	rw     *h1Writer // 100 Continue not sent yet (sendContinue)
 	w      *h1Writer // the request's
 	eof    bool
 	closed bool
+}
+
+// sendContinue sends the 100 Continue the client waits for before its
+// body, once, from the request's goroutine before the request goes
+// upstream: the body is then read by the transport's goroutine, which
+// must not write to the client while the response is written.
+func (b *h1ReqBody) sendContinue() {
+	if b.rw == nil {
+		return
+	}
+	if !b.rw.committed {
+		_, _ = io.WriteString(b.rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")
+		_ = b.rw.c.bw.Flush()
+	}
+	b.rw = nil
 }
 
 // Close marks the body closed.
@@ -682,13 +701,6 @@ func (b *h1ReqBody) Close() error {
 func (b *h1ReqBody) Read(p []byte) (int, error) {
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
-	}
-	if b.rw != nil {
-		if !b.rw.committed {
-			_, _ = io.WriteString(b.rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")
-			_ = b.rw.c.bw.Flush()
-		}
-		b.rw = nil
 	}
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.eof {
@@ -1312,8 +1324,11 @@ func (rw *h1Writer) finish() {
 	if !rw.noBody && rw.cl >= 0 && rw.written != rw.cl {
 		rw.closeAfter = true // short or long body: the framing is broken
 	}
-	// The last of the response waits for the next read (h1Out).
-	rw.c.out.queue = true
+	// The last of the response waits for the next read (h1Out), unless
+	// the request had a body: its reader (the transport's goroutine) may
+	// still be reading the socket, and that read must not be the one that
+	// sends the response.
+	rw.c.out.queue = !rw.hadBody
 	err := rw.c.bw.Flush()
 	rw.c.out.queue = false
 	if err != nil {

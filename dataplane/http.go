@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -110,15 +111,17 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, brw, err
 }
 
-// countingBody counts request bytes read from downstream.
+// countingBody counts request bytes read from downstream. The count is
+// atomic: a transport's goroutine may still read the body while the
+// request's goroutine logs it.
 type countingBody struct {
 	io.ReadCloser
-	n uint64
+	n atomic.Uint64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.n += uint64(n)
+	b.n.Add(uint64(n))
 	return n, err
 }
 
@@ -137,6 +140,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	sw.ResponseWriter = rw
 	cb := &s.cb
 	cb.ReadCloser = req.Body
+	cb.n.Store(0)
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
@@ -154,7 +158,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			// headers went out: say why, as Envoy's flags do.
 			ex.midBodyFailure(down, routeCtx)
 		}
-		w.logHTTP(st, info, req, sw, cb.n, ex, start)
+		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
 		if r != nil {
 			panic(r) // net/http closes the connection without a log of its own
 		}
@@ -520,6 +524,11 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 	if out != req || !pooled {
 		ex.ctxShared = true
 	}
+	if cb, ok := req.Body.(*countingBody); ok {
+		if b, ok := cb.ReadCloser.(*h1ReqBody); ok {
+			b.sendContinue()
+		}
+	}
 	resp, err := t.RoundTrip(out)
 	if cancel != nil {
 		if err != nil {
@@ -796,9 +805,10 @@ func (cc *countedConn) Close() error {
 
 // newUpstreamTransport is a worker's connection pool for one cluster:
 // HTTP/1.1 keep-alive with the cluster's idle timeout (h1Pool), or h2c.
-// The HTTP/1.1 pool's fallback Transport, for the few requests the pool
-// does not write itself, keeps no connection: it would pool one before
-// looking for bytes after its response (h1Pool).
+// The HTTP/1.1 pool's fallback Transport, which takes requests with a body,
+// keeps no connection: it pools one (or hands it to a waiting request)
+// before it looks for bytes after the response, so an upstream that sends
+// extra bytes could answer another client's request (h1Pool).
 func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return w.dial(ctx, c, addr) }
 	if c.cfg.Protocol == config.UpstreamHTTP2 {
