@@ -7,7 +7,7 @@
 # lacks (Debian packages: git, curl, unzip, gcc, libc6-dev, openssl,
 # prometheus; in e2e/tools.sh: containerd, runc, CNI plugins, iptables,
 # nftables, conntrack; Go from the module proxy if absent) and caches the
-# e2e tools it builds (~10 GiB with the Go caches) in
+# e2e tools it builds (11-16 GB with the Go caches) in
 # ${MESHLET_CACHE:-~/.cache/meshlet}. Every step says what it does; long
 # ones report progress. Whatever happens, it ends by sweeping and listing
 # what the tests left behind (bpf/sweep.sh), and fails if there was any.
