@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bytes"
 	"context"
-	"debug/buildinfo"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 )
 
 // h2specVersion is the HTTP/2 conformance tester TestH2Spec runs: the
@@ -74,7 +74,7 @@ const h2specTimeout = 25 * time.Second
 // 127.0.0.1. A failure through the sidecar must be one of
 // knownH2SpecFailures, and each of those must fail against bare x/net too.
 func TestH2Spec(t *testing.T) {
-	bin := h2specBin(t)
+	bin := testtool.GoInstall(t, "github.com/summerwind/h2spec/cmd/h2spec", h2specVersion)
 
 	// The sidecar: an HTTP-only listener routing any host to an upstream
 	// that answers 200 with a small body, whatever the method and path
@@ -246,51 +246,4 @@ func bareH2CServer(t *testing.T) string {
 	return serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		h2.ServeConn(c, &http2.ServeConnOpts{Handler: h2specApp, BaseConfig: base})
 	})
-}
-
-// h2specBin installs h2spec into the cache outside the clone once per
-// version (as e2e's fortioBin does fortio). Without the module proxy the
-// test is skipped, unless MESHLET_REQUIRE_PRIVILEGED=1 says every test
-// must run.
-func h2specBin(t *testing.T) string {
-	t.Helper()
-	cache := os.Getenv("MESHLET_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "meshlet")
-	}
-	// h2spec's --version is set by its release build only, so the module
-	// version go install recorded in the binary tells which one is cached.
-	bin := filepath.Join(cache, "bin", "h2spec")
-	if bi, err := buildinfo.ReadFile(bin); err == nil && bi.Main.Version == h2specVersion {
-		return bin
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "install", "github.com/summerwind/h2spec/cmd/h2spec@"+h2specVersion)
-	// Outside any module's build list: GOFLAGS=-mod=mod so a -mod=vendor
-	// or -mod=readonly from the environment does not refuse it.
-	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Join(cache, "bin"), "GOFLAGS=-mod=mod")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return bin
-	}
-	if proxyUnreachable(string(out)) && os.Getenv("MESHLET_REQUIRE_PRIVILEGED") != "1" {
-		t.Skipf("h2spec %s cannot be installed: the module proxy is unreachable (set MESHLET_REQUIRE_PRIVILEGED=1 to fail instead):\n%s",
-			h2specVersion, tail(string(out), 1500))
-	}
-	t.Fatalf("go install h2spec %s (from the module proxy): %v\n%s", h2specVersion, err, tail(string(out), 3000))
-	return ""
-}
-
-// proxyUnreachable tells from go's output that a download failed for
-// want of a network (or of a proxy: GOPROXY=off), not that the module or
-// its build is broken.
-func proxyUnreachable(out string) bool {
-	for _, s := range []string{"dial tcp", "no such host", "connection refused", "network is unreachable",
-		"i/o timeout", "TLS handshake timeout", "proxyconnect", "disabled by GOPROXY=off", "Client.Timeout exceeded"} {
-		if strings.Contains(out, s) {
-			return true
-		}
-	}
-	return false
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/deploy"
 	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 	"github.com/meshlet-dev/meshlet/sds"
 )
@@ -54,20 +55,7 @@ const fortioVersion = "1.68.2"
 // fortioBin installs fortio into the cache outside the clone once.
 func fortioBin(t *testing.T) string {
 	t.Helper()
-	cache := os.Getenv("MESHLET_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "meshlet")
-	}
-	bin := filepath.Join(cache, "bin", "fortio")
-	if out, err := exec.Command(bin, "version").Output(); err == nil && strings.Contains(string(out), fortioVersion) {
-		return bin
-	}
-	cmd := exec.Command("go", "install", "fortio.org/fortio@v"+fortioVersion)
-	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Join(cache, "bin"), "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go install fortio v%s (from the module proxy): %v\n%s", fortioVersion, err, out)
-	}
-	return bin
+	return testtool.GoInstall(t, "fortio.org/fortio", "v"+fortioVersion)
 }
 
 // sidecarBin builds cmd/sidecar once per test binary, as the node
