@@ -87,21 +87,11 @@ while read -r _ mnt fstype _; do
 	done
 done </proc/mounts
 
-# kube-proxy's tables (the real-nodes e2e test runs one on the host and
-# deletes them when it stops; this machine runs no other).
-if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1; then
-	for family in ip ip6; do
-		nft list table "$family" kube-proxy >/dev/null 2>&1 || continue
-		found=1
-		echo "nft table $family kube-proxy"
-		[ "$check" = 1 ] && continue
-		nft delete table "$family" kube-proxy || echo "sweep.sh: could not remove nft table $family kube-proxy" >&2
-	done
-fi
-
 # The e2e suite's temporary directories (its TMPDIR: built binaries,
 # image layers, the tests' own directories), meshlet-test-<pid>-tmp.
-for dir in "${TMPDIR:-/tmp}/$prefix"*-tmp /tmp/"$prefix"*-tmp; do
+tmpdirs=(/tmp)
+[ -n "${TMPDIR:-}" ] && [ "${TMPDIR%/}" != /tmp ] && tmpdirs+=("${TMPDIR%/}")
+for dir in $(for d in "${tmpdirs[@]}"; do printf '%s\n' "$d/$prefix"*-tmp; done); do
 	[ -d "$dir" ] || continue
 	selected "$(basename "$dir")" || continue
 	if grep -q " $dir/" /proc/mounts; then
@@ -114,6 +104,21 @@ for dir in "${TMPDIR:-/tmp}/$prefix"*-tmp /tmp/"$prefix"*-tmp; do
 	[ "$check" = 1 ] && continue
 	rm -rf "$dir" || echo "sweep.sh: could not remove $dir" >&2
 done
+
+# The rest is host-wide, not one test process's: not with --pid.
+if [ -z "$only" ]; then
+
+# kube-proxy's tables (the real-nodes e2e test runs one on the host and
+# deletes them when it stops; this machine runs no other).
+if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1; then
+	for family in ip ip6; do
+		nft list table "$family" kube-proxy >/dev/null 2>&1 || continue
+		found=1
+		echo "nft table $family kube-proxy"
+		[ "$check" = 1 ] && continue
+		nft delete table "$family" kube-proxy || echo "sweep.sh: could not remove nft table $family kube-proxy" >&2
+	done
+fi
 
 # What the real nodes' kubelets leave where their paths are fixed (the
 # device-plugin and pod-resources sockets under /var/lib/kubelet) once no
@@ -138,6 +143,8 @@ if command -v nft >/dev/null 2>&1 && ! pgrep -x kube-proxy >/dev/null 2>&1 &&
 	found=1
 	echo "nft table ip filter (no rules)"
 	[ "$check" = 1 ] || nft delete table ip filter || echo "sweep.sh: could not remove nft table ip filter" >&2
+fi
+
 fi
 
 if [ "$check" = 1 ] && [ "$found" = 1 ]; then

@@ -86,3 +86,38 @@ func TestSweepAfterKill(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepTmpDir: the e2e suite's temporary directory of a process that
+// is gone (meshlet-test-<pid>-tmp, its TMPDIR) is listed by --check and
+// removed by a sweep; a live process's is kept.
+func TestSweepTmpDir(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(gone.Process.Pid)
+	dir := os.TempDir() + "/meshlet-test-" + pid + "-tmp"
+	live := os.TempDir() + "/meshlet-test-" + strconv.Itoa(os.Getpid()) + "-tmp"
+	for _, d := range []string{dir + "/layers", live} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(live) })
+	if out, err := sweep(t, "--check", "--pid", pid); err == nil || !strings.Contains(out, "tmp "+dir) {
+		t.Fatalf("--check --pid %s: %v %q, want the directory listed and exit 1", pid, err, out)
+	}
+	if out, err := sweep(t, "--pid", pid); err != nil || !strings.Contains(out, "tmp "+dir) {
+		t.Fatalf("--pid %s: %v %q, want the directory removed", pid, err, out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there after the sweep: %v", dir, err)
+	}
+	if _, err := sweep(t, "--check", "--pid", pid); err != nil {
+		t.Errorf("--check after the sweep: %v", err)
+	}
+	// The live process's (this test's) is not a leftover without --all.
+	if out, _ := sweep(t, "--check"); strings.Contains(out, live) {
+		t.Errorf("--check lists a live process's directory: %q", out)
+	}
+}
