@@ -251,6 +251,12 @@ func (iw *idleWatch) check() {
 	if quiet < iw.timeout {
 		if iw.state.Load() == idleWatching {
 			iw.timer.Reset(iw.timeout - quiet)
+			// A stop between the load and the Reset stopped the timer
+			// before it was re-armed: stop it again, or it would keep the
+			// closed connections until it fired.
+			if iw.state.Load() != idleWatching {
+				iw.timer.Stop()
+			}
 		}
 		return
 	}
