@@ -1,3 +1,7 @@
+// This file is over 600 lines: the pool, its reuse checks and Envoy's
+// response framing rules still share one type; they split when the request
+// path is re-layered into its own packages (docs/architecture.md).
+
 package dataplane
 
 import (

@@ -1,3 +1,8 @@
+// This file is over 600 lines: the HTTP/1 connection loop, its writer and
+// the request-body handling still share the connection's state; they split
+// when the request path is re-layered into its own packages
+// (docs/architecture.md).
+
 package dataplane
 
 import (

@@ -1,3 +1,7 @@
+// This file is over 600 lines: routing, retries, forwarding and request
+// observation still share the exchange; they split when the request path
+// is re-layered into its own packages (docs/architecture.md).
+
 package dataplane
 
 import (

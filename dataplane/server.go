@@ -1,3 +1,7 @@
+// This file is over 600 lines: the server's start, reload, drain and
+// listener bookkeeping share its state; they split with the re-layering of
+// the data plane (docs/architecture.md).
+
 package dataplane
 
 import (

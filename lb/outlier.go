@@ -1,3 +1,7 @@
+// This file is over 600 lines: Envoy's outlier detection is one state
+// machine (consecutive errors, success rate, failure percentage, ejection
+// and its back-off) whose parts read the same per-host state.
+
 package lb
 
 import (
