@@ -310,6 +310,17 @@ func TestMeshRotationUnderLoad(t *testing.T) {
 	appHTTP, appTCP := localPort(t, "127.0.0.1"), localPort(t, "127.0.0.1")
 	startProc(t, "fortio-server", fortio, "server", "-http-port", appHTTP, "-tcp-port", appTCP, "-grpc-port", "disabled",
 		"-redirect-port", "disabled", "-udp-port", "disabled")
+	// The apps listen before the sidecars send them anything.
+	for _, addr := range []string{appHTTP, appTCP} {
+		waitFor(t, "fortio listening on "+addr, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			c.Close()
+			return true, ""
+		})
+	}
 
 	webIn, webTCPIn := localPort(t, "127.0.0.2"), localPort(t, "127.0.0.3")
 	webAdmin, webHealth := localPort(t, "127.0.0.1"), localPort(t, "127.0.0.1")
@@ -424,7 +435,14 @@ clusters:
 		t.Errorf("the client's certificate expired during the run (least time left %.1fs)", minLeft)
 	}
 	if err := <-tcpDone; err != nil {
-		t.Errorf("the long-lived TCP connection: %v", err)
+		log, _ := os.ReadFile(filepath.Join(dir, "web-access.log"))
+		var tcpLines []string
+		for _, line := range strings.Split(string(log), "\n") {
+			if !strings.Contains(line, "HTTP/") && line != "" {
+				tcpLines = append(tcpLines, line)
+			}
+		}
+		t.Errorf("the long-lived TCP connection: %v\nthe web sidecar's TCP access-log lines:\n%s", err, strings.Join(tcpLines, "\n"))
 	}
 	// The pooled connections to the peer sidecar were not replaced by the
 	// rotations: at most one per worker and protocol, plus fortio's
