@@ -375,6 +375,8 @@ func (s *Server) flatStats() []statValue {
 		}
 		hs := s.httpStatsFor(ls.cfg.Name)
 		envoyStat("http", ls.cfg.Name, "downstream_cx_protocol_error", int64(hs.downstreamCxProtocolError.Load()), false)
+		envoyStat("http", ls.cfg.Name, "downstream_rq_idle_timeout", int64(hs.downstreamRqIdleTimeout.Load()), false)
+		envoyStat("http", ls.cfg.Name, "downstream_rq_too_many_premature_resets", int64(hs.downstreamRqTooManyPrematureResets.Load()), false)
 	}
 	for _, name := range st.clusterNames() {
 		var n uint64

@@ -245,8 +245,8 @@ func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res 
 		return
 	}
 	errc := make(chan error, 2)
-	go halfCopy(up, conn, errc)
-	go halfCopy(conn, up, errc)
+	go halfCopy(up, countingReader{conn, &ex.upgraded}, errc)
+	go halfCopy(conn, countingReader{up, &ex.upgraded}, errc)
 	if err := <-errc; err == nil {
 		<-errc
 	}

@@ -508,6 +508,11 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		return false
 	}
 	rw.finish()
+	if timedOut, idle := rw.timeouts(); idle {
+		return false // its read deadline passed: a body may be half read
+	} else if timedOut {
+		_ = c.sc.SetWriteDeadline(time.Time{}) // the response went out whole
+	}
 	if rw.bodyErr.Load() != nil {
 		c.lingerClose() // the rest of the broken body is unread
 		return false
@@ -849,6 +854,12 @@ type h1Writer struct {
 	watch        dcWatch
 	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
 	abort upstreamAbort
+	// idle is the request's stream idle timeout. timedOut says a
+	// timeout (route or stream idle) fired for the request in flight,
+	// idleTimedOut the stream idle timeout (guarded by mu).
+	idle         streamIdle
+	timedOut     bool
+	idleTimedOut bool
 	// bodyErr is set (from whichever goroutine reads the body) when the
 	// request's body broke its framing: the response closes the
 	// connection, and serveHTTP answers 400 DPE rather than blame the
@@ -895,6 +906,7 @@ type h1Exchange struct {
 func newH1Writer(c *h1ServerConn) *h1Writer {
 	rw := &h1Writer{c: c}
 	rw.routeTimeout.target = rw
+	rw.idle.s, rw.idle.w, rw.idle.h1 = &rw.scratch, c.w, rw
 	rw.watch.c, rw.watch.rw = c, rw
 	rw.watch.alarm.target = &rw.watch
 	return rw
@@ -906,6 +918,7 @@ func (rw *h1Writer) begin() {
 	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
 	rw.bodyErr.Store(nil)
 	rw.seq++
+	rw.timedOut, rw.idleTimedOut = false, false
 	rw.mu.Unlock()
 	rw.watch.reset()
 	rw.abort.reset()
@@ -963,8 +976,42 @@ func (rw *h1Writer) routeFired(mine func() bool) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	if rw.live && rw.routeOn && mine() {
-		rw.cancelRequest(errRouteTimeout)
+		rw.timedOutLocked(errRouteTimeout)
 	}
+}
+
+// timeoutFired ends the request in flight, if there is one, for a
+// timeout: timedOutLocked.
+func (rw *h1Writer) timeoutFired(cause error) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.live {
+		rw.timedOutLocked(cause)
+	}
+}
+
+// timedOutLocked ends the request for a timeout (cause, under mu, the
+// request in flight): its context and upstream exchange now, what it still
+// writes downstream after timeoutGrace (a client that reads nothing then
+// loses its connection, as Envoy resets the stream). A stream idle
+// timeout also ends a stalled body read now, and the connection after the
+// request.
+func (rw *h1Writer) timedOutLocked(cause error) {
+	rw.cancelRequest(cause)
+	rw.timedOut = true
+	if cause == errStreamIdleTimeout {
+		rw.idleTimedOut = true
+		_ = rw.c.sc.SetReadDeadline(aLongTimeAgo)
+	}
+	_ = rw.c.sc.SetWriteDeadline(time.Now().Add(timeoutGrace))
+}
+
+// timeouts reports whether a timeout fired for the request (timedOut) and
+// whether it was the stream idle timeout.
+func (rw *h1Writer) timeouts() (timedOut, idle bool) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.timedOut, rw.idleTimedOut
 }
 
 // serverStopped ends the request in flight, if there is one, when the

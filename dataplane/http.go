@@ -60,6 +60,9 @@ type exchange struct {
 	// HTTP/1.1 pool's own exchange (a derived context, a copy of the
 	// request, another transport), which may hold it after the request.
 	ctxShared bool
+	// upgraded counts the bytes of an upgraded stream, both ways (for
+	// the stream idle timeout).
+	upgraded atomic.Uint64
 }
 
 // httpScratch is serveHTTP's state for one request, in one allocation
@@ -76,8 +79,10 @@ type httpScratch struct {
 // statusWriter records what was sent downstream.
 type statusWriter struct {
 	http.ResponseWriter
-	code  int
-	bytes uint64
+	code int
+	// bytes is atomic: the stream idle timeout reads it while the
+	// request runs.
+	bytes atomic.Uint64
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -92,7 +97,7 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 		s.code = http.StatusOK
 	}
 	n, err := s.ResponseWriter.Write(p)
-	s.bytes += uint64(n)
+	s.bytes.Add(uint64(n))
 	return n, err
 }
 
@@ -135,10 +140,19 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
 	var s *httpScratch
-	if hw, ok := rw.(*h1Writer); ok {
-		s = &hw.scratch
+	var idle *streamIdle
+	var h2 *h2Stream
+	hw, _ := rw.(*h1Writer)
+	if hw != nil {
+		s, idle = &hw.scratch, &hw.idle
 	} else {
-		s = new(httpScratch)
+		// An HTTP/2 stream's timeouts reach it from other goroutines
+		// (h2Stream), after which its scratch is not reused.
+		hs := &h2Scratch{}
+		hs.idle.s, hs.idle.w, hs.idle.h2 = &hs.httpScratch, w, &hs.stream
+		hs.stream.rc = http.NewResponseController(rw)
+		s, idle, h2 = &hs.httpScratch, &hs.idle, &hs.stream
+		defer h2.end()
 	}
 	sw := &s.sw
 	sw.ResponseWriter = rw
@@ -154,6 +168,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		req.Header["X-Request-Id"] = s.idValue[:]
 	}
 	down := req.Context()        // the downstream's (req may be replaced below)
+	stream := down               // the HTTP/2 stream's own
 	var routeCtx context.Context // the request's context with the route timeout
 	defer func() {
 		r := recover()
@@ -162,7 +177,13 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			// headers went out: say why, as Envoy's flags do.
 			ex.midBodyFailure(down, routeCtx)
 		}
+		if ex.flags&lb.FlagSI != 0 {
+			w.s.countStreamIdleTimeout(st, info)
+		}
 		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
+		if info.h2 != nil {
+			w.endStream(st, info, stream.Err() != nil, sw.code != 0, time.Since(start))
+		}
 		if r != nil {
 			panic(r) // net/http closes the connection without a log of its own
 		}
@@ -178,6 +199,16 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		ex.details = "route_not_found"
 		http.Error(sw, "route not found", http.StatusNotFound)
 		return
+	}
+	if t := ls.cfg.StreamIdleTimeout; t > 0 {
+		if h2 != nil {
+			ctx, cancel := context.WithCancelCause(req.Context())
+			defer cancel(context.Canceled)
+			req = req.WithContext(ctx)
+			down, idle.cancel = ctx, cancel
+		}
+		idle.arm(t)
+		defer idle.stop()
 	}
 	ex.route, ex.cluster = route, route.cluster
 	c := route.cluster
@@ -219,7 +250,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 
 	if t := route.cfg.Timeout; t > 0 {
-		if hw, ok := rw.(*h1Writer); ok {
+		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
 			hw.armRouteTimeout(t)
@@ -228,6 +259,15 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			ctx, cancel := w.clock.withTimeout(req.Context(), t, errRouteTimeout)
 			defer cancel()
 			req = req.WithContext(ctx)
+			// A fired route timeout resets the stream if its response
+			// is still being written after the grace (a client that
+			// reads nothing), as Envoy resets it.
+			stop := context.AfterFunc(ctx, func() {
+				if errors.Is(context.Cause(ctx), errRouteTimeout) {
+					h2.timedOut(false)
+				}
+			})
+			defer stop()
 		}
 	}
 	routeCtx = req.Context()
@@ -244,6 +284,17 @@ func hget(h http.Header, key string) string {
 	return ""
 }
 
+// detailStreamIdleTimeout is Envoy's response code details for a stream
+// idle timeout (flag SI).
+const detailStreamIdleTimeout = "stream_idle_timeout"
+
+// h2Scratch is serveHTTP's state for one HTTP/2 request.
+type h2Scratch struct {
+	httpScratch
+	idle   streamIdle
+	stream h2Stream
+}
+
 // errRouteTimeout ends a request's context when its route timeout passes.
 var errRouteTimeout error = &timeoutError{"route timeout"}
 
@@ -253,6 +304,9 @@ var errRouteTimeout error = &timeoutError{"route timeout"}
 // details.
 func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 	switch {
+	case errors.Is(context.Cause(downstream), errStreamIdleTimeout):
+		ex.flags |= lb.FlagSI
+		ex.details = detailStreamIdleTimeout
 	case route != nil && errors.Is(context.Cause(route), errRouteTimeout):
 		ex.flags |= lb.FlagUT
 		ex.details = "upstream_response_timeout"
@@ -298,6 +352,9 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 		w.localReply(rw, ex, http.StatusBadRequest, "Bad Request")
 	case ex.flags&lb.FlagDC != 0:
 		return // nobody to answer
+	case ex.flags&lb.FlagSI != 0:
+		// Envoy's local reply to a stream idle before its response.
+		w.localReply(rw, ex, http.StatusRequestTimeout, "stream timeout")
 	case ex.flags&lb.FlagUT != 0:
 		w.localReply(rw, ex, http.StatusGatewayTimeout, "upstream request timeout")
 	case ex.flags&lb.FlagUH != 0:
@@ -394,6 +451,11 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			default:
 				req.Body = io.NopCloser(bytes.NewReader(ex.body))
 			}
+		}
+		if req.Context().Err() != nil {
+			// Reset or timed out before this attempt (an HTTP/2 stream
+			// reset as soon as it was sent): nothing goes upstream.
+			return nil, w.contextError(req, ex)
 		}
 		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel}
 		h, hc := w.pick(c, &pc)
@@ -666,7 +728,13 @@ func isDeadline(err error) bool {
 // contextError records why the request context ended: the route timeout
 // (UT) or the downstream going away (DC).
 func (w *worker) contextError(req *http.Request, ex *exchange) error {
-	if errors.Is(context.Cause(req.Context()), errRouteTimeout) {
+	cause := context.Cause(req.Context())
+	if errors.Is(cause, errStreamIdleTimeout) {
+		ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC) | lb.FlagSI
+		ex.details = detailStreamIdleTimeout
+		return errStreamIdleTimeout
+	}
+	if errors.Is(cause, errRouteTimeout) {
 		ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC) | lb.FlagUT
 		ex.details = "upstream_response_timeout"
 		ex.stats.inc(cUpstreamRqTimeout)
@@ -884,7 +952,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	}
 	e := lb.AccessLogEntry{
 		StartTime: start, Method: req.Method, Path: requestTarget(req), Protocol: req.Proto,
-		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes, Duration: d,
+		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
 		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
 		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}

@@ -121,6 +121,7 @@ func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info
 	info.mtls = true
 	switch cs.NegotiatedProtocol {
 	case mtls.ALPNHTTP2:
+		info.h2 = &h2Conn{conn: tc}
 		w.h2.ServeConn(tc, &http2.ServeConnOpts{
 			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
 			Handler:    http.HandlerFunc(w.serveHTTP),

@@ -155,6 +155,12 @@ type httpStats struct {
 	// downstreamCxProtocolError counts downstream connections closed for
 	// an HTTP/1 protocol error (the requests flagged DPE).
 	downstreamCxProtocolError atomic.Uint64
+	// downstreamRqIdleTimeout counts requests ended by the stream idle
+	// timeout (flag SI).
+	downstreamRqIdleTimeout atomic.Uint64
+	// downstreamRqTooManyPrematureResets counts HTTP/2 connections
+	// closed for resetting too many of their streams early.
+	downstreamRqTooManyPrematureResets atomic.Uint64
 }
 
 // httpStatsFor returns the statistics of the listener named name.
@@ -169,9 +175,20 @@ func (s *Server) httpStatsFor(name string) *httpStats {
 // countProtocolError counts a downstream protocol error on the listener
 // of info.
 func (s *Server) countProtocolError(st *state, info connInfo) {
+	s.listenerHTTPStats(st, info).downstreamCxProtocolError.Add(1)
+}
+
+// countStreamIdleTimeout counts a request ended by the stream idle timeout
+// on the listener of info.
+func (s *Server) countStreamIdleTimeout(st *state, info connInfo) {
+	s.listenerHTTPStats(st, info).downstreamRqIdleTimeout.Add(1)
+}
+
+// listenerHTTPStats are the HTTP statistics of the listener of info.
+func (s *Server) listenerHTTPStats(st *state, info connInfo) *httpStats {
 	name := info.listener
 	if ls := st.listeners[info.listener]; ls != nil {
 		name = ls.cfg.Name
 	}
-	s.httpStatsFor(name).downstreamCxProtocolError.Add(1)
+	return s.httpStatsFor(name)
 }

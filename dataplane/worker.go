@@ -70,6 +70,11 @@ func newWorker(s *Server, id int) *worker {
 		Handler:           http.HandlerFunc(w.serveHTTP),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
+		// HTTP/2 reads it as the decoded header list's limit (HPACK:
+		// Envoy's max_request_headers_kb bounds the decoded list), past
+		// which x/net decodes no more strings of the block: a small
+		// block that expands to megabytes costs at most this.
+		MaxHeaderBytes: maxRequestHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if sc, ok := c.(*sniffedConn); ok {
 				return context.WithValue(ctx, connInfoKey{}, sc.info)
@@ -93,6 +98,8 @@ type connInfo struct {
 	// mtls says the connection arrived over mutual TLS.
 	peer string
 	mtls bool
+	// h2 is the HTTP/2 connection's stream account (nil for HTTP/1).
+	h2 *h2Conn
 }
 
 type connInfoKey struct{}
@@ -175,6 +182,7 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 	sc := &sniffedConn{TCPConn: c, r: br, w: socketIO(c), info: info}
 	switch {
 	case kind == kindHTTP2:
+		info.h2 = &h2Conn{conn: sc}
 		w.h2.ServeConn(sc, &http2.ServeConnOpts{
 			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
 			Handler:    http.HandlerFunc(w.serveHTTP),

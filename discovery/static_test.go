@@ -104,6 +104,7 @@ listeners:
     protocol: http
     detection_timeout: 250ms
     tcp_idle_timeout: 0s
+    stream_idle_timeout: 30s
     server_first_ports: [3306, 25]
     common_http_protocol_options: {max_headers_count: 20}
     routes:
@@ -133,6 +134,7 @@ listeners:
 	eq(t, in.Protocol, config.ProtocolHTTP)
 	eq(t, in.DetectionTimeout, 250*time.Millisecond)
 	eq(t, in.TCPIdleTimeout, time.Duration(0)) // "0s": never, as 0 is for Envoy
+	eq(t, in.StreamIdleTimeout, 30*time.Second)
 	eq(t, in.ServerFirstPorts, []uint16{3306, 25})
 	eq(t, in.MaxHeadersCount, uint32(20))
 	r := in.Routes[0]
@@ -146,6 +148,7 @@ listeners:
 	eq(t, tcp.OriginalDestination, "10.96.0.20:9000")
 	eq(t, tcp.Protocol, config.ProtocolTCP)
 	eq(t, tcp.TCPIdleTimeout, config.DefaultTCPIdleTimeout)
+	eq(t, tcp.StreamIdleTimeout, config.DefaultStreamIdleTimeout)
 	eq(t, tcp.Routes[0].Destination, "10.96.0.20:9000")
 	eq(t, tcp.MaxHeadersCount, uint32(0)) // unset: config.DefaultMaxHeadersCount
 }
@@ -223,6 +226,7 @@ func TestParseStaticErrors(t *testing.T) {
 		{"negative duration", "drain_timeout: -1s\n", []string{"drain_timeout: -1s must be >= 0"}},
 		{"negative tcp idle timeout", l + "    tcp_idle_timeout: -1m\n", []string{"listeners[0].tcp_idle_timeout: -1m0s must be >= 0"}},
 		{"tcp idle timeout not a duration", l + "    tcp_idle_timeout: 3600\n", []string{"listeners[0].tcp_idle_timeout: want a duration string"}},
+		{"negative stream idle timeout", l + "    stream_idle_timeout: -1s\n", []string{"listeners[0].stream_idle_timeout: -1s must be >= 0"}},
 		{"zero connection cap", "global_downstream_max_connections: 0\n", []string{"global_downstream_max_connections: 0 must be > 0 (leave it out for the default"}},
 		{"negative connection cap", "global_downstream_max_connections: -3\n", []string{"global_downstream_max_connections: -3 must be > 0"}},
 		{"connection cap not a number", "global_downstream_max_connections: many\n", []string{"global_downstream_max_connections: want a number, got string"}},

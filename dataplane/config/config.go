@@ -41,6 +41,9 @@ const (
 	DefaultDrainTimeout = 5 * time.Second
 	// DefaultTCPIdleTimeout is Envoy's tcp_proxy idle_timeout default.
 	DefaultTCPIdleTimeout = time.Hour
+	// DefaultStreamIdleTimeout is Envoy's HTTP connection manager
+	// stream_idle_timeout default.
+	DefaultStreamIdleTimeout = 5 * time.Minute
 )
 
 // Well-known ports (Istio's numbers).
@@ -153,7 +156,15 @@ type Listener struct {
 	// way for this long. 0 means never; the translators fill in
 	// DefaultTCPIdleTimeout.
 	TCPIdleTimeout time.Duration
-	Routes         []Route
+	// StreamIdleTimeout is Envoy's stream_idle_timeout: an HTTP request
+	// (HTTP/1 or an HTTP/2 stream, an upgraded one included) with no
+	// byte moving in either direction for this long ends: 408 if its
+	// response has not started, else a reset. It bounds what a request
+	// holds when its route has no timeout (a silent upload, a client
+	// that stops reading). 0 means never; the translators fill in
+	// DefaultStreamIdleTimeout.
+	StreamIdleTimeout time.Duration
+	Routes            []Route
 	// MTLS is an inbound listener's peer authentication and authorization;
 	// nil means PERMISSIVE with every verified peer allowed (Istio's
 	// default). It applies when the sidecar has a workload identity.
@@ -381,6 +392,9 @@ func (c *Config) Validate() error {
 		}
 		if l.TCPIdleTimeout < 0 {
 			return fmt.Errorf("config: %s.tcp_idle_timeout: %v must be >= 0 (0 disables it)", where, l.TCPIdleTimeout)
+		}
+		if l.StreamIdleTimeout < 0 {
+			return fmt.Errorf("config: %s.stream_idle_timeout: %v must be >= 0 (0 disables it)", where, l.StreamIdleTimeout)
 		}
 		if l.OriginalDestination != "" {
 			if _, err := netip.ParseAddrPort(l.OriginalDestination); err != nil {

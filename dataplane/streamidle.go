@@ -1,0 +1,141 @@
+package dataplane
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errStreamIdleTimeout ends a request's context when no byte of it moved
+// for the listener's stream_idle_timeout.
+var errStreamIdleTimeout error = &timeoutError{"stream idle timeout"}
+
+// timeoutGrace is how long a request whose timeout fired (route or stream
+// idle) may still write downstream: its local reply, or the end of what it
+// was writing. A client that reads nothing longer (a zero window) has its
+// connection (HTTP/1) or stream (HTTP/2) reset, which frees the request
+// and its upstream.
+const timeoutGrace = time.Second
+
+// idleChecks is how many checks of a request's progress make one stream
+// idle timeout: a request is found idle between the timeout and a quarter
+// more after its last byte moved, at four wake-ups per timeout.
+const idleChecks = 4
+
+// streamIdle is Envoy's stream_idle_timeout for one request: the request
+// ends once none of its bytes moved (request body read, response written,
+// upgraded stream copied) for the timeout. It samples the request's byte
+// counters on the worker's clock rather than rearming a timer on every
+// read and write.
+type streamIdle struct {
+	alarm alarm // target: the streamIdle
+	mu    sync.Mutex
+	on    bool   // guarded by mu
+	gen   uint64 // the armed alarm's generation; guarded by mu
+	w     *worker
+	every time.Duration
+	quiet int    // checks in a row without progress (under mu)
+	last  uint64 // progress at the last check (under mu)
+	s     *httpScratch
+	// What ends the request: its HTTP/1 writer, or an HTTP/2 stream's
+	// context and stream.
+	h1     *h1Writer
+	cancel context.CancelCauseFunc
+	h2     *h2Stream
+}
+
+// progress is the count of the request's bytes that moved so far.
+func (si *streamIdle) progress() uint64 {
+	return si.s.cb.n.Load() + si.s.sw.bytes.Load() + si.s.ex.upgraded.Load()
+}
+
+// arm starts watching the request (timeout > 0).
+func (si *streamIdle) arm(timeout time.Duration) {
+	si.alarm.target = si
+	si.mu.Lock()
+	si.every = timeout / idleChecks
+	si.quiet, si.last = 0, si.progress()
+	si.on = true
+	si.gen = si.w.clock.set(&si.alarm, si.every)
+	si.mu.Unlock()
+}
+
+// stop ends the watch; a check already running finds it off.
+func (si *streamIdle) stop() {
+	si.mu.Lock()
+	si.on = false
+	si.mu.Unlock()
+	si.alarm.stop()
+}
+
+// alarmFired is one check, on the clock's goroutine.
+func (si *streamIdle) alarmFired(gen uint64) {
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	if !si.on || gen != si.gen {
+		return
+	}
+	if p := si.progress(); p != si.last {
+		si.last, si.quiet = p, 0
+	} else if si.quiet++; si.quiet >= idleChecks {
+		si.on = false
+		if si.h1 != nil {
+			si.h1.timeoutFired(errStreamIdleTimeout)
+		} else {
+			si.cancel(errStreamIdleTimeout)
+			si.h2.timedOut(true)
+		}
+		return
+	}
+	si.gen = si.w.clock.set(&si.alarm, si.every)
+}
+
+// h2Stream ends an HTTP/2 request's stream from outside its handler, once
+// a timeout fired: x/net resets a stream whose write deadline passes,
+// which unblocks a handler writing to a client that reads nothing.
+type h2Stream struct {
+	mu   sync.Mutex
+	done bool // the handler returned: the stream's writer is gone
+	rc   *http.ResponseController
+}
+
+// timedOut gives the stream timeoutGrace to write what it still writes;
+// stallRead also ends a request body read now. It returns at once (the
+// clock's goroutine must not block; deadlines go through the connection's
+// serving goroutine).
+func (h *h2Stream) timedOut(stallRead bool) {
+	go func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.done {
+			return
+		}
+		if stallRead {
+			_ = h.rc.SetReadDeadline(aLongTimeAgo)
+		}
+		_ = h.rc.SetWriteDeadline(time.Now().Add(timeoutGrace))
+	}()
+}
+
+// end marks the handler returned.
+func (h *h2Stream) end() {
+	h.mu.Lock()
+	h.done = true
+	h.mu.Unlock()
+}
+
+// countingReader counts the bytes read through it into n (an upgraded
+// stream's, for the stream idle timeout).
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(uint64(n))
+	return n, err
+}

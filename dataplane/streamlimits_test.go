@@ -1,0 +1,456 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/meshlet-dev/meshlet/dataplane/config"
+)
+
+// stallUpstream is an upstream app for the stream tests: /legit answers at
+// once; /stall never answers (it waits for its request to end: the proxy
+// closing its connection, counted in ended); /upload reads its body and
+// records the error that ended the read; /big streams an endless body
+// until its write fails (counted in ended).
+type stallUpstream struct {
+	addr      string
+	ended     atomic.Int64 // /stall and /big requests whose connection the proxy closed
+	uploadErr chan error
+	requests  atomic.Int64 // every request but /legit
+}
+
+func newStallUpstream(t *testing.T, ip string) *stallUpstream {
+	u := &stallUpstream{uploadErr: make(chan error, 16)}
+	u.addr = upstream(t, ip, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/legit" {
+			w.Write([]byte("ok"))
+			return
+		}
+		u.requests.Add(1)
+		switch r.URL.Path {
+		case "/stall":
+			<-r.Context().Done()
+			u.ended.Add(1)
+		case "/upload":
+			_, err := io.Copy(io.Discard, r.Body)
+			u.uploadErr <- err
+		case "/big":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			chunk := bytes.Repeat([]byte("x"), 64<<10)
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					u.ended.Add(1)
+					return
+				}
+			}
+		}
+	}))
+	return u
+}
+
+// streamConfig is testConfig with the stream idle timeout idle and the
+// route timeout route on its listener.
+func streamConfig(u *stallUpstream, idle, route time.Duration) *config.Config {
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(u.addr, "a")))
+	cfg.Listeners[0].StreamIdleTimeout = idle
+	cfg.Listeners[0].Routes[0].Timeout = route
+	return cfg
+}
+
+// rawRequest writes an HTTP/1.1 request head (and body) on a new
+// connection to the proxy and returns the connection and its reader.
+func rawRequest(t *testing.T, s *Server, head string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialProxy(t, s)
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
+}
+
+// A request whose upstream never answers, on a route without a timeout
+// (the inbound default), ends at the stream idle timeout with Envoy's 408
+// "stream timeout", flag SI, and its upstream connection is closed; a
+// legitimate client is served throughout.
+func TestStreamIdleTimeoutSilentUpstream(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, logs := startServer(t, streamConfig(u, 300*time.Millisecond, 0))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	c, br := rawRequest(t, s, "GET /stall HTTP/1.1\r\nHost: echo\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled request: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || string(body) != "stream timeout" {
+		t.Fatalf("stalled request: %d %q, want 408 \"stream timeout\"", resp.StatusCode, body)
+	}
+	if err := readClosed(t, c); err == nil {
+		t.Fatal("connection kept after a stream idle timeout")
+	}
+	waitFor(t, "the upstream's request to end", func() bool { return u.ended.Load() == 1 })
+	logs.waitLine(t, `"GET /stall HTTP/1.1" 408 SI `, "stream_idle_timeout")
+	waitStat(t, s, "http.outbound.downstream_rq_idle_timeout", 1)
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// An upload that stops mid-body ends at the stream idle timeout: the
+// upstream's body read fails (its request is not left waiting), the
+// client gets 408 and its connection is closed.
+func TestStreamIdleTimeoutStalledUpload(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, logs := startServer(t, streamConfig(u, 300*time.Millisecond, 0))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	c, br := rawRequest(t, s, "POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: 1000\r\n\r\n0123456789")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	select {
+	case err := <-u.uploadErr:
+		if err == nil {
+			t.Fatal("upstream read the whole of a body the client never sent")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream still reading a stalled upload")
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled upload: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled upload: %d, want 408", resp.StatusCode)
+	}
+	readClosed(t, c)
+	logs.waitLine(t, `"POST /upload HTTP/1.1" 408 SI `, "stream_idle_timeout")
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// A stream that keeps moving is not idle: a slow download whose client
+// reads a little more often than the timeout completes.
+func TestStreamIdleTimeoutKeepsSlowProgress(t *testing.T) {
+	const parts = 6
+	app := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := range parts {
+			fmt.Fprintf(w, "part %d\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(150 * time.Millisecond) // the upstream's pace: each gap under the idle timeout
+		}
+	}))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(app, "a")))
+	cfg.Listeners[0].StreamIdleTimeout = 400 * time.Millisecond
+	cfg.Listeners[0].Routes[0].Timeout = 0
+	s, logs := startServer(t, cfg)
+	code, body, _ := get(t, http.DefaultClient, s, "/slow")
+	if code != 200 || strings.Count(body, "part ") != parts {
+		t.Fatalf("slow stream: %d %q", code, body)
+	}
+	logs.waitLine(t, `"GET /slow HTTP/1.1" 200 - `)
+}
+
+// An HTTP/1 client that stops reading a large response (its receive
+// window full) does not hold the request or its upstream beyond the route
+// timeout and the grace: the connection is closed, the upstream's write
+// fails, and the access log says UT.
+func TestRouteTimeoutEndsStalledH1Download(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, logs := startServer(t, streamConfig(u, 0, 500*time.Millisecond))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	d := net.Dialer{Control: smallReceiveBuffer}
+	c, err := d.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /big HTTP/1.1\r\nHost: echo\r\n\r\n")
+	// Reads nothing: the proxy's writes block once the socket buffers
+	// are full.
+	waitFor(t, "the upstream's response to end", func() bool { return u.ended.Load() == 1 })
+	logs.waitLine(t, `"GET /big HTTP/1.1" 200 UT `, "upstream_response_timeout")
+	if err := readClosed(t, c); err == nil {
+		t.Fatal("proxy kept the stalled client's connection")
+	}
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// h2Client is a raw HTTP/2 (prior knowledge) client: a framer on one
+// connection to the proxy, its settings sent.
+type h2Client struct {
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func dialH2(t *testing.T, s *Server, settings ...http2.Setting) *h2Client {
+	t.Helper()
+	c := dialProxy(t, s)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	h := &h2Client{c: c, fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&h.buf)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := h.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// headers sends a request on stream id (end of stream: no body) with
+// the extra header fields.
+func (h *h2Client) headers(t *testing.T, id uint32, path string, extra ...hpack.HeaderField) {
+	t.Helper()
+	h.buf.Reset()
+	for _, f := range append([]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: "echo"}, {Name: ":path", Value: path}}, extra...) {
+		h.enc.WriteField(f)
+	}
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.buf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// until reads frames (acknowledging settings) until match returns true
+// for one, or the connection ends (its error is returned).
+func (h *h2Client) until(t *testing.T, match func(http2.Frame) bool) error {
+	t.Helper()
+	h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("no frame expected within 10 s: %v", err)
+			}
+			return err
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			h.fr.WriteSettingsAck()
+		}
+		if match(f) {
+			return nil
+		}
+	}
+}
+
+// An HTTP/2 client that advertises a zero window gets its response headers
+// but no data: the stream idle timeout resets the stream (after the grace)
+// and the upstream's response ends, instead of a stream held forever.
+func TestStreamIdleTimeoutZeroWindowH2(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, logs := startServer(t, streamConfig(u, 300*time.Millisecond, 0))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	h := dialH2(t, s, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	h.headers(t, 1, "/big")
+	var rst *http2.RSTStreamFrame
+	if err := h.until(t, func(f http2.Frame) bool { rst, _ = f.(*http2.RSTStreamFrame); return rst != nil }); err != nil {
+		t.Fatalf("no reset of the stalled stream: %v", err)
+	}
+	if rst.StreamID != 1 {
+		t.Fatalf("reset stream %d, want 1", rst.StreamID)
+	}
+	waitFor(t, "the upstream's response to end", func() bool { return u.ended.Load() == 1 })
+	logs.waitLine(t, `"GET /big HTTP/2.0" 200 SI `, "stream_idle_timeout")
+	waitStat(t, s, "http.outbound.downstream_rq_idle_timeout", 1)
+	// The connection still serves other streams (their headers: the
+	// window keeps their data).
+	h.headers(t, 3, "/legit")
+	if err := h.until(t, func(f http2.Frame) bool {
+		mh, ok := f.(*http2.MetaHeadersFrame)
+		return ok && mh.StreamID == 3 && mh.PseudoValue("status") == "200"
+	}); err != nil {
+		t.Fatalf("connection unusable after one stream's reset: %v", err)
+	}
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// The same zero-window client with the stream idle timeout off: the route
+// timeout that fires mid-response resets the stream (flag UT), as Envoy
+// does, rather than only logging it.
+func TestRouteTimeoutResetsZeroWindowH2(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, logs := startServer(t, streamConfig(u, 0, 400*time.Millisecond))
+	h := dialH2(t, s, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	h.headers(t, 1, "/big")
+	if err := h.until(t, func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == 1 }); err != nil {
+		t.Fatalf("no reset of the stalled stream: %v", err)
+	}
+	waitFor(t, "the upstream's response to end", func() bool { return u.ended.Load() == 1 })
+	logs.waitLine(t, `"GET /big HTTP/2.0" 200 UT `, "upstream_response_timeout")
+}
+
+// HTTP/2 rapid reset (CVE-2023-44487): a client that opens streams and
+// resets each at once has its connection closed once half of 500 streams
+// were reset before their response (Envoy's premature reset defence),
+// counted in downstream_rq_too_many_premature_resets; far fewer requests
+// than streams reach the upstream, and a legitimate client is served.
+func TestRapidResetClosesConnection(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, _ := startServer(t, streamConfig(u, 0, 0))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	h := dialH2(t, s)
+	h.until(t, func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && !sf.IsAck() }) // acknowledged
+	const streams = 5000
+	done := make(chan error, 1)
+	go func() {
+		// Reads (and writes nothing) until the proxy closes the
+		// connection.
+		h.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for {
+			if _, err := h.fr.ReadFrame(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	sent := 0
+	for id := uint32(1); sent < streams; id += 2 {
+		h.buf.Reset()
+		for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+			{Name: ":authority", Value: "echo"}, {Name: ":path", Value: "/stall"}} {
+			h.enc.WriteField(f)
+		}
+		if h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.buf.Bytes(), EndStream: true, EndHeaders: true}) != nil ||
+			h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			break // closed by the proxy
+		}
+		sent++
+	}
+	err := <-done
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %d reset streams", sent)
+	}
+	waitStat(t, s, "http.outbound.downstream_rq_too_many_premature_resets", 1)
+	if n := u.requests.Load(); n > prematureResetTotal {
+		t.Errorf("%d requests reached the upstream from %d reset streams; want at most %d", n, sent, prematureResetTotal)
+	}
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+	t.Logf("%d streams sent and reset, %d requests reached the upstream", sent, u.requests.Load())
+}
+
+// Streams that the client resets after their response, or that complete,
+// are not premature: a connection that runs many of them stays open.
+func TestCompletedStreamsAreNotPrematureResets(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, _ := startServer(t, streamConfig(u, 0, 0))
+	h := dialH2(t, s)
+	for i := range 2 * prematureResetTotal {
+		id := uint32(2*i + 1)
+		h.headers(t, id, "/legit")
+		if err := h.until(t, func(f http2.Frame) bool {
+			return f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream)
+		}); err != nil {
+			t.Fatalf("stream %d: %v", id, err)
+		}
+		h.fr.WriteRSTStream(id, http2.ErrCodeCancel) // after its end: no effect
+	}
+	if n := stat(t, s, "http.outbound.downstream_rq_too_many_premature_resets"); n != 0 {
+		t.Fatalf("%d connections closed for premature resets", n)
+	}
+}
+
+// An HPACK bomb (a small header block that references one large table
+// entry many times) is bounded by Envoy's max_request_headers_kb on the
+// decoded list: the server advertises the limit, a request within it is
+// served, and one that decodes past it gets 431 without reaching the
+// upstream.
+func TestHPACKDecodedListLimit(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	s, _ := startServer(t, streamConfig(u, 0, 0))
+	h := dialH2(t, s)
+	var limit uint32
+	h.until(t, func(f http2.Frame) bool {
+		sf, ok := f.(*http2.SettingsFrame)
+		if ok && !sf.IsAck() {
+			limit, _ = sf.Value(http2.SettingMaxHeaderListSize)
+			return true
+		}
+		return false
+	})
+	if limit == 0 || limit > 2*maxRequestHeaderBytes {
+		t.Fatalf("SETTINGS_MAX_HEADER_LIST_SIZE %d, want about %d", limit, maxRequestHeaderBytes)
+	}
+	big := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+	// Within the limit: 10 copies (about 40 KB decoded).
+	fields := make([]hpack.HeaderField, 10)
+	for i := range fields {
+		fields[i] = big
+	}
+	h.headers(t, 1, "/legit", fields...)
+	status := func(id uint32) string {
+		var got string
+		h.until(t, func(f http2.Frame) bool {
+			if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamID == id {
+				got = mh.PseudoValue("status")
+				return true
+			}
+			return false
+		})
+		return got
+	}
+	if got := status(1); got != "200" {
+		t.Fatalf("request with 40 KB of headers: status %s, want 200", got)
+	}
+	// The bomb: each further copy is one byte on the wire (an index);
+	// 400 KB decoded is within net/http's default limit (1 MB), not
+	// within Envoy's.
+	fields = make([]hpack.HeaderField, 100)
+	for i := range fields {
+		fields[i] = big
+	}
+	before := u.requests.Load()
+	h.headers(t, 3, "/upload", fields...)
+	if got := status(3); got != "431" {
+		t.Fatalf("HPACK bomb (400 KB decoded): status %s, want 431", got)
+	}
+	if u.requests.Load() != before {
+		t.Fatal("the bomb's request reached the upstream")
+	}
+}
+
+// smallReceiveBuffer makes a client socket's receive buffer small, so
+// that a client that reads nothing stalls the proxy's writes soon.
+func smallReceiveBuffer(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	return errors.Join(err, serr)
+}
