@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
 	"golang.org/x/sys/unix"
 )
@@ -57,10 +58,9 @@ const (
 	maxRequestHeaderBytes = 60 << 10
 	// maxDrainBody is how much of an unread request body is skipped to
 	// keep the connection.
-	maxDrainBody        = 256 << 10
-	h1ReadHeaderTimeout = 30 * time.Second
-	h1IdleTimeout       = 5 * time.Minute
-	h1IdleSlack         = 30 * time.Second
+	maxDrainBody  = 256 << 10
+	h1IdleTimeout = 5 * time.Minute
+	h1IdleSlack   = 30 * time.Second
 )
 
 // h1ServerConn is one downstream HTTP/1 connection; idle (waiting for a
@@ -74,6 +74,8 @@ type h1ServerConn struct {
 	idle atomic.Bool
 	// cur is the request being served (its upstream abort).
 	cur atomic.Pointer[h1Writer]
+	// headersTimeout is the listener's request_headers_timeout (0: none).
+	headersTimeout time.Duration
 	// readDL is the read deadline last set by this connection's
 	// goroutines (drain's are not recorded: the connection then ends).
 	readDL time.Time
@@ -302,7 +304,12 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
 	c.check.c = c
 	c.check.alarm.target = &c.check
-	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(w.s.state.Load().listeners[sc.info.listener])}
+	ls := w.s.state.Load().listeners[sc.info.listener]
+	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(ls)}
+	c.headersTimeout = config.DefaultRequestHeadersTimeout
+	if ls != nil {
+		c.headersTimeout = ls.cfg.RequestHeadersTimeout
+	}
 	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
 	// queued (h1Out).
@@ -379,9 +386,13 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		}
 		// A request whose header block has arrived whole (nearly all)
 		// is parsed without blocking: no header timeout to arm.
-		headerWait := !c.headerBuffered()
+		// (The wait for the first byte was the idle one: the head has
+		// begun.)
+		headerWait := !c.headerBuffered() && c.headersTimeout > 0
+		var headerDeadline time.Time
 		if headerWait {
-			c.setReadDeadline(time.Now().Add(h1ReadHeaderTimeout))
+			headerDeadline = time.Now().Add(c.headersTimeout)
+			c.setReadDeadline(headerDeadline)
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
 		// The writer (with serveHTTP's state) is the connection's, as
@@ -420,8 +431,14 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			// A client that closed or stalled mid-request gets nothing
 			// (nobody to answer, as net/http); anything else was sent and
 			// is malformed.
-			if c.src.hit || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isDeadline(err)) {
+			switch {
+			case c.src.hit || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isDeadline(err)):
 				c.badRequest(err)
+			case headerWait && isDeadline(err) && !time.Now().Before(headerDeadline):
+				// A head that trickles in (slowloris): Envoy's 408 for
+				// request_headers_timeout (no flag).
+				c.reject(&reqReject{code: http.StatusRequestTimeout, details: "request_header_timeout",
+					why: "request head not received whole within " + c.headersTimeout.String()})
 			}
 			return
 		}

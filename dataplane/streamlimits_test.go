@@ -454,3 +454,67 @@ func smallReceiveBuffer(_, _ string, c syscall.RawConn) error {
 	err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 	return errors.Join(err, serr)
 }
+
+// Slow clients (slowloris: heads that trickle in a byte at a time, never
+// whole) are answered 408 at the request headers timeout and closed, each
+// with an access-log line, while a legitimate client is served; a client
+// whose head arrives within the timeout is not affected.
+func TestRequestHeadersTimeoutSlowClients(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	cfg := streamConfig(u, 0, 0)
+	cfg.Listeners[0].RequestHeadersTimeout = 300 * time.Millisecond
+	s, logs := startServer(t, cfg)
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
+
+	const slow = 20
+	type result struct {
+		status string
+		sent   int
+	}
+	results := make(chan result, slow)
+	for range slow {
+		c := dialProxy(t, s)
+		go func() {
+			io.WriteString(c, "GET /legit HTTP/1.1\r\nHost: echo\r\n")
+			sent := 0
+			stopWriting := make(chan struct{})
+			go func() {
+				defer close(stopWriting)
+				for {
+					if _, err := c.Write([]byte("X")); err != nil {
+						return // closed by the proxy
+					}
+					sent++
+					time.Sleep(20 * time.Millisecond) // the slow client's pace
+				}
+			}()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			<-stopWriting
+			results <- result{strings.TrimSpace(line), sent}
+		}()
+	}
+	for range slow {
+		r := <-results
+		if r.status != "HTTP/1.1 408 Request Timeout" {
+			t.Fatalf("slow client (%d bytes trickled) got %q, want a 408", r.sent, r.status)
+		}
+	}
+	// The request line was not read whole when the head timed out
+	// (net/http's reader had it), so the line shows none.
+	waitFor(t, "an access-log line per slow client", func() bool {
+		n := 0
+		for _, l := range logs.lines() {
+			if strings.Contains(l, `"- - HTTP/1.1" 408 - `) && strings.Contains(l, "request_header_timeout") {
+				n++
+			}
+		}
+		return n == slow
+	})
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}

@@ -16,7 +16,7 @@ import (
 
 var (
 	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
-		"detection_timeout", "tcp_idle_timeout", "stream_idle_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls"}
+		"detection_timeout", "tcp_idle_timeout", "stream_idle_timeout", "request_headers_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls"}
 	peerAuthKeys = []string{"mode", "principals", "namespaces", "trust_domains"}
 	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy"}
 	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
@@ -41,12 +41,13 @@ func decodeListeners(top *object) ([]config.Listener, error) {
 }
 
 // decodeListener reads one listener: defaults outbound, protocol auto,
-// config.DefaultDetectionTimeout, config.DefaultTCPIdleTimeout and
-// config.DefaultStreamIdleTimeout ("0s" disables them, as 0 does Envoy's)
-// and the address as name.
+// config.DefaultDetectionTimeout, config.DefaultTCPIdleTimeout,
+// config.DefaultStreamIdleTimeout and config.DefaultRequestHeadersTimeout
+// ("0s" disables them, as 0 does Envoy's) and the address as name.
 func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 	l := config.Listener{Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout,
-		TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout}
+		TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout,
+		RequestHeadersTimeout: config.DefaultRequestHeadersTimeout}
 	o, err := decodeObject(p, raw, listenerKeys...)
 	if err != nil {
 		return l, err
@@ -80,6 +81,9 @@ func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 		return l, err
 	}
 	if l.StreamIdleTimeout, err = nonNegative(o, "stream_idle_timeout", l.StreamIdleTimeout); err != nil {
+		return l, err
+	}
+	if l.RequestHeadersTimeout, err = nonNegative(o, "request_headers_timeout", l.RequestHeadersTimeout); err != nil {
 		return l, err
 	}
 	if err := o.get("server_first_ports", &l.ServerFirstPorts); err != nil {

@@ -56,7 +56,9 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	    original_destination, protocol (auto|tcp|http), detection_timeout
 //	    (config.DefaultDetectionTimeout), tcp_idle_timeout
 //	    (config.DefaultTCPIdleTimeout; "0s" disables), stream_idle_timeout
-//	    (config.DefaultStreamIdleTimeout; "0s" disables), server_first_ports,
+//	    (config.DefaultStreamIdleTimeout; "0s" disables),
+//	    request_headers_timeout (config.DefaultRequestHeadersTimeout; "0s"
+//	    disables), server_first_ports,
 //	    common_http_protocol_options ({max_headers_count}: Envoy v3
 //	    HttpProtocolOptions; default config.DefaultMaxHeadersCount),
 //	    mtls (inbound only: see decodeInboundMTLS),

@@ -105,6 +105,7 @@ listeners:
     detection_timeout: 250ms
     tcp_idle_timeout: 0s
     stream_idle_timeout: 30s
+    request_headers_timeout: 10s
     server_first_ports: [3306, 25]
     common_http_protocol_options: {max_headers_count: 20}
     routes:
@@ -135,6 +136,7 @@ listeners:
 	eq(t, in.DetectionTimeout, 250*time.Millisecond)
 	eq(t, in.TCPIdleTimeout, time.Duration(0)) // "0s": never, as 0 is for Envoy
 	eq(t, in.StreamIdleTimeout, 30*time.Second)
+	eq(t, in.RequestHeadersTimeout, 10*time.Second)
 	eq(t, in.ServerFirstPorts, []uint16{3306, 25})
 	eq(t, in.MaxHeadersCount, uint32(20))
 	r := in.Routes[0]
@@ -149,6 +151,7 @@ listeners:
 	eq(t, tcp.Protocol, config.ProtocolTCP)
 	eq(t, tcp.TCPIdleTimeout, config.DefaultTCPIdleTimeout)
 	eq(t, tcp.StreamIdleTimeout, config.DefaultStreamIdleTimeout)
+	eq(t, tcp.RequestHeadersTimeout, config.DefaultRequestHeadersTimeout)
 	eq(t, tcp.Routes[0].Destination, "10.96.0.20:9000")
 	eq(t, tcp.MaxHeadersCount, uint32(0)) // unset: config.DefaultMaxHeadersCount
 }

@@ -44,6 +44,11 @@ const (
 	// DefaultStreamIdleTimeout is Envoy's HTTP connection manager
 	// stream_idle_timeout default.
 	DefaultStreamIdleTimeout = 5 * time.Minute
+	// DefaultRequestHeadersTimeout bounds the wait for an HTTP/1
+	// request's head once its first byte arrived. Envoy has no default
+	// (request_headers_timeout 0); meshlet bounds a client that trickles
+	// its head (slowloris) as net/http servers are usually configured.
+	DefaultRequestHeadersTimeout = 30 * time.Second
 )
 
 // Well-known ports (Istio's numbers).
@@ -164,7 +169,12 @@ type Listener struct {
 	// that stops reading). 0 means never; the translators fill in
 	// DefaultStreamIdleTimeout.
 	StreamIdleTimeout time.Duration
-	Routes            []Route
+	// RequestHeadersTimeout is Envoy's request_headers_timeout for
+	// HTTP/1: a request whose head has not arrived whole this long after
+	// its first byte gets 408 and the connection closes. 0 means never;
+	// the translators fill in DefaultRequestHeadersTimeout.
+	RequestHeadersTimeout time.Duration
+	Routes                []Route
 	// MTLS is an inbound listener's peer authentication and authorization;
 	// nil means PERMISSIVE with every verified peer allowed (Istio's
 	// default). It applies when the sidecar has a workload identity.
@@ -392,6 +402,9 @@ func (c *Config) Validate() error {
 		}
 		if l.TCPIdleTimeout < 0 {
 			return fmt.Errorf("config: %s.tcp_idle_timeout: %v must be >= 0 (0 disables it)", where, l.TCPIdleTimeout)
+		}
+		if l.RequestHeadersTimeout < 0 {
+			return fmt.Errorf("config: %s.request_headers_timeout: %v must be >= 0 (0 disables it)", where, l.RequestHeadersTimeout)
 		}
 		if l.StreamIdleTimeout < 0 {
 			return fmt.Errorf("config: %s.stream_idle_timeout: %v must be >= 0 (0 disables it)", where, l.StreamIdleTimeout)

@@ -28,9 +28,11 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		DrainTimeout: config.DefaultDrainTimeout,
 		Listeners: []config.Listener{
 			{Name: "outbound", Address: fmt.Sprintf("127.0.0.1:%d", config.PortOutbound), Direction: config.Outbound,
-				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout},
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout,
+				RequestHeadersTimeout: config.DefaultRequestHeadersTimeout},
 			{Name: "inbound", Address: fmt.Sprintf("0.0.0.0:%d", config.PortInbound), Direction: config.Inbound,
-				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout},
+				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout,
+				RequestHeadersTimeout: config.DefaultRequestHeadersTimeout},
 		},
 	}
 	if hasIPv6Loopback() {
@@ -38,7 +40,8 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		// IPv4 arrive over xDS: mergeXDS fills both).
 		cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "outbound6", Address: fmt.Sprintf("[::1]:%d", config.PortOutbound),
 			Direction: config.Outbound, Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout,
-			TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout})
+			TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout,
+			RequestHeadersTimeout: config.DefaultRequestHeadersTimeout})
 	}
 	if m := getenv("MESHLET_MTLS_MODE"); m != "" {
 		mode := config.MTLSMode(strings.ToUpper(m))
