@@ -330,8 +330,11 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		pc.q.waitAfterQueued() // the head goes out with the response's read
 	}
 	keep := true // the framing allows reuse
-	for {
+	for first := true; ; first = false {
 		if _, err := pc.br.Peek(1); err != nil {
+			if first && p.keepCancelled(pc, req, stop, err) {
+				return nil, true, fmt.Errorf("%w (%w)", err, context.Cause(req.Context()))
+			}
 			return fail(err, true)
 		}
 		var fast bool
@@ -372,6 +375,62 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 	*b = h1Body{p: p, pc: pc, body: resp.Body, stop: stop, keep: keep, sized: sized}
 	resp.Body = b
 	return resp, false, nil
+}
+
+// Bounds of keepCancelled's wait for a cancelled request's response.
+const (
+	cancelledDrainTimeout = time.Second
+	cancelledDrainBody    = 64 << 10
+)
+
+// keepCancelled saves the connection of a request whose client went away
+// while it waited for the response's first byte (err, the abort's
+// deadline): rather than close it, as Envoy does, and make the next
+// request dial (an HTTP/2 client resetting streams as fast as it opens
+// them would cost the upstream a connection each), a goroutine reads the
+// response for up to cancelledDrainTimeout, drops a body of up to
+// cancelledDrainBody and pools the connection if it ended clean. A
+// timeout's cancellation (route, per try) closes it: that upstream is
+// slow.
+func (p *h1Pool) keepCancelled(pc *h1Conn, req *http.Request, stop exchangeWatch, err error) bool {
+	ctx := req.Context()
+	if ctx.Err() == nil || !isDeadline(err) || context.Cause(ctx) != context.Canceled || p.w.s.ctx.Err() != nil {
+		return false
+	}
+	stop.release() // it fired: the deadline is reset below
+	if pc.conn.SetDeadline(time.Now().Add(cancelledDrainTimeout)) != nil {
+		pc.conn.Close()
+		return true
+	}
+	// (RoundTrip still reads pc.reused: the goroutine leaves it alone.)
+	go p.drainCancelled(pc, req.Method)
+	return true
+}
+
+// drainCancelled reads and drops a cancelled request's response on pc
+// (keepCancelled), then pools pc if the exchange ended clean, else closes
+// it.
+func (p *h1Pool) drainCancelled(pc *h1Conn, method string) {
+	req := &http.Request{Method: method} // what ReadResponse needs: HEAD has no body
+	for {
+		resp, reusable, err := pc.readResponse(req)
+		if err != nil {
+			pc.conn.Close()
+			return
+		}
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		n, err := io.CopyN(io.Discard, resp.Body, cancelledDrainBody+1)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusSwitchingProtocols || n > cancelledDrainBody || err != io.EOF ||
+			pc.conn.SetDeadline(time.Time{}) != nil {
+			pc.conn.Close()
+			return
+		}
+		p.finish(pc, exchangeWatch{stop: func() bool { return true }}, reusable && !resp.Close)
+		return
+	}
 }
 
 // readResponse reads a response head that readResponseFast declined with

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -516,5 +517,86 @@ func TestRequestHeadersTimeoutSlowClients(t *testing.T) {
 	stop()
 	if failed.Load() != 0 || ok.Load() < 2 {
 		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// idleUpstreamConns counts the connections idle in the HTTP/1.1 pools of
+// s's workers.
+func idleUpstreamConns(s *Server) int {
+	n := 0
+	for _, w := range s.workers {
+		w.mu.Lock()
+		for _, t := range w.transports {
+			if p, ok := t.(*h1Pool); ok {
+				p.mu.Lock()
+				for _, list := range p.idle {
+					n += len(list)
+				}
+				p.mu.Unlock()
+			}
+		}
+		w.mu.Unlock()
+	}
+	return n
+}
+
+// A request whose client goes away while its upstream is answering does
+// not cost the next request a new upstream connection: the response is
+// read and dropped, and the connection goes back to the pool (the rapid
+// reset pattern, an HTTP/2 stream reset as soon as it is sent, cost one
+// connection per reset stream). The next request gets its own response.
+func TestCancelledRequestKeepsUpstreamConnection(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var opened, closed atomic.Int64
+	l, err := net.Listen("tcp", "127.0.0.11:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "answer to "+r.URL.Path)
+	}), ConnState: func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(l.Addr().String(), "a")))
+	logs := &logBuffer{}
+	s, err := New(cfg, Options{AccessLog: logs, Workers: 1}) // one pool to look at
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+
+	for i := range 3 {
+		// An HTTP/2 stream reset once its request reached the upstream.
+		h := dialH2(t, s)
+		h.headers(t, 1, "/slow")
+		<-arrived
+		h.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+		logs.waitLine(t, `"GET /slow HTTP/2.0" 0 DC `)
+		release <- struct{}{} // the upstream answers the cancelled request
+		waitFor(t, "the drained connection back in the pool", func() bool { return idleUpstreamConns(s) == 1 })
+		code, body, _ := get(t, http.DefaultClient, s, fmt.Sprintf("/next%d", i))
+		if code != 200 || body != fmt.Sprintf("answer to /next%d", i) {
+			t.Fatalf("request after a cancelled one: %d %q", code, body)
+		}
+		h.c.Close()
+	}
+	if opened.Load() != 1 || closed.Load() != 0 {
+		t.Fatalf("%d upstream connections opened and %d closed for 3 cancelled and 3 later requests, want 1 and 0",
+			opened.Load(), closed.Load())
 	}
 }
