@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,11 +24,12 @@ import (
 )
 
 // h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster,
-// for the common request: one without a body. The request's own goroutine
-// writes the request and reads the response on a pooled connection, with
-// no other goroutine involved (net/http's Transport hands every request to
-// a writer and a reader goroutine per connection, a cost that showed in
-// the proxy benchmark). Requests with a body, whose upload may overlap the
+// for the common request: one without a body, or with a small one
+// (maxPooledBody) read whole first. The request's own goroutine writes the
+// request and reads the response on a pooled connection, with no other
+// goroutine involved (net/http's Transport hands every request to a
+// writer and a reader goroutine per connection, a cost that showed in the
+// proxy benchmark). Bigger or chunked bodies, whose upload may overlap the
 // response, go to fallback, a net/http Transport on the same dialer.
 //
 // A connection goes back to the pool only clean: the response read to its
@@ -176,10 +178,26 @@ func newH1Pool(w *worker, c *cluster, fallback *http.Transport) *h1Pool {
 // aLongTimeAgo is a deadline that aborts blocked reads and writes now.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// maxPooledBody is the largest request body the pool sends itself (with a
+// Content-Length): read whole from the client first, it is written with
+// the head before the response is read, on the request's goroutine, as a
+// bodiless request is. Bigger or chunked bodies, whose upload may overlap
+// the response, go to the fallback Transport, which keeps no connection
+// (it would pool one before looking for bytes after the response).
+const maxPooledBody = 64 << 10
+
 // RoundTrip implements http.RoundTripper.
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
+	}
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody && req.ContentLength > 0 {
+		// Read before a connection is taken: a slow client holds none.
+		body = make([]byte, req.ContentLength)
+		if _, err := io.ReadFull(req.Body, body); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
+		}
 	}
 	addr := req.URL.Host
 	idempotent := isIdempotent(req.Method)
@@ -188,7 +206,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, nothingRead, err := p.roundTrip(pc, req)
+		resp, nothingRead, err := p.roundTrip(pc, req, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -204,7 +222,10 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 // rather than through the fallback Transport, whose writer may still read
 // it after a cancelled RoundTrip returned.
 func (p *h1Pool) writesHead(req *http.Request) bool {
-	return (req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0) && hget(req.Header, "Expect") == ""
+	if hget(req.Header, "Expect") != "" {
+		return false
+	}
+	return req.Body == nil || req.Body == http.NoBody || req.ContentLength >= 0 && req.ContentLength <= maxPooledBody
 }
 
 func isIdempotent(method string) bool {
@@ -288,9 +309,10 @@ func (pc *h1Conn) countProtocolError() {
 	}
 }
 
-// roundTrip sends req on pc and reads the response head. nothingRead
-// reports a failure before any byte of the response.
-func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, nothingRead bool, err error) {
+// roundTrip sends req, with body (read from req.Body by RoundTrip), on pc
+// and reads the response head. nothingRead reports a failure before any
+// byte of the response.
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
@@ -318,7 +340,12 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request) (resp *http.Response, 
 		}
 		return nil, nothing, err
 	}
-	if !writeRequestHead(pc.bw, req) {
+	if writeRequestHead(pc.bw, req, body) {
+		_, _ = pc.bw.Write(body)
+	} else {
+		if body != nil {
+			req.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		if err := req.Write(pc.bw); err != nil {
 			return fail(err, true)
 		}
@@ -580,20 +607,21 @@ func (e *upstreamProtocolError) Error() string {
 
 func (e *upstreamProtocolError) Unwrap() error { return e.err }
 
-// writeRequestHead writes a request without a body as net/http's
-// Request.Write would (request line, Host, Content-Length: 0 for the
-// methods that carry a body, the headers on one line each, no
+// writeRequestHead writes the head of a request without a body, or with
+// body (already read from req.Body), as net/http's Request.Write would
+// (request line, Host, the body's Content-Length, or Content-Length: 0
+// for the methods that carry a body, the headers on one line each, no
 // User-Agent of its own), without its per-request allocations (a
 // transfer writer, sorted header copies). It reports false, having
 // written nothing, for a request it leaves to Request.Write: CONNECT, an
 // opaque URL, an invalid Host, a header name or value net/http would
-// have to clean (control characters, line breaks), a body.
-func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
+// have to clean (control characters, line breaks), a body not given.
+func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
 	host := req.Host
 	if host == "" && req.URL != nil {
 		host = req.URL.Host
 	}
-	if req.Body != nil || req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
+	if body == nil && req.Body != nil && req.Body != http.NoBody || req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
 		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
 		return false
 	}
@@ -618,8 +646,12 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) bool {
 	} else if len(ua) > 0 && ua[0] != "" {
 		writeHeaderLine(bw, "User-Agent", ua[0])
 	}
-	switch req.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	switch {
+	case body != nil:
+		_, _ = bw.WriteString("Content-Length: ")
+		_, _ = bw.WriteString(strconv.Itoa(len(body)))
+		_, _ = bw.WriteString("\r\n")
+	case req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch:
 		_, _ = bw.WriteString("Content-Length: 0\r\n")
 	}
 	for k, vv := range req.Header {

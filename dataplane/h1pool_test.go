@@ -309,7 +309,7 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 	for _, req := range cases {
 		var ours, theirs bytes.Buffer
 		bw := bufio.NewWriter(&ours)
-		if !writeRequestHead(bw, req) {
+		if !writeRequestHead(bw, req, nil) {
 			t.Fatalf("%s %s: not taken", req.Method, req.URL)
 		}
 		bw.Flush()
@@ -341,7 +341,7 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 	for _, req := range []*http.Request{withBody, connect, closing, folded, nul} {
 		var buf bytes.Buffer
 		bw := bufio.NewWriter(&buf)
-		if writeRequestHead(bw, req) || bw.Buffered() > 0 {
+		if writeRequestHead(bw, req, nil) || bw.Buffered() > 0 {
 			t.Errorf("%s %s (close %v): taken", req.Method, req.URL, req.Close)
 		}
 	}

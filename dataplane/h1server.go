@@ -503,6 +503,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	var body *h1ReqBody // kept here: the handler may replace req.Body
 	if req.Body != nil && req.Body != http.NoBody {
 		rw.hadBody = true
+		rw.bodyPending.Store(true)
 		body = &h1ReqBody{ReadCloser: req.Body, onEOF: watch.arm, w: rw}
 		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			// The proxy answers 100 Continue itself (Envoy's default,
@@ -525,7 +526,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		return false
 	}
 	rw.finish()
-	if timedOut, idle := rw.timeouts(); idle {
+	if timedOut, readsEnded := rw.timeouts(); readsEnded {
 		return false // its read deadline passed: a body may be half read
 	} else if timedOut {
 		_ = c.sc.SetWriteDeadline(time.Time{}) // the response went out whole
@@ -732,6 +733,9 @@ func (b *h1ReqBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.eof {
 		b.eof = true
+		if b.w != nil {
+			b.w.bodyPending.Store(false)
+		}
 		b.onEOF()
 	} else if err != nil && err != io.EOF && b.w != nil && framingError(err) {
 		b.w.bodyErr.CompareAndSwap(nil, &bodyError{err})
@@ -873,10 +877,13 @@ type h1Writer struct {
 	abort upstreamAbort
 	// idle is the request's stream idle timeout. timedOut says a
 	// timeout (route or stream idle) fired for the request in flight,
-	// idleTimedOut the stream idle timeout (guarded by mu).
-	idle         streamIdle
-	timedOut     bool
-	idleTimedOut bool
+	// readsEnded that it ended the request's reads (guarded by mu).
+	idle       streamIdle
+	timedOut   bool
+	readsEnded bool
+	// bodyPending: the request's body has not been read to its end (a
+	// timeout then also ends its read, and the connection).
+	bodyPending atomic.Bool
 	// bodyErr is set (from whichever goroutine reads the body) when the
 	// request's body broke its framing: the response closes the
 	// connection, and serveHTTP answers 400 DPE rather than blame the
@@ -935,7 +942,8 @@ func (rw *h1Writer) begin() {
 	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
 	rw.bodyErr.Store(nil)
 	rw.seq++
-	rw.timedOut, rw.idleTimedOut = false, false
+	rw.timedOut, rw.readsEnded = false, false
+	rw.bodyPending.Store(false)
 	rw.mu.Unlock()
 	rw.watch.reset()
 	rw.abort.reset()
@@ -1011,24 +1019,24 @@ func (rw *h1Writer) timeoutFired(cause error) {
 // request in flight): its context and upstream exchange now, what it still
 // writes downstream after timeoutGrace (a client that reads nothing then
 // loses its connection, as Envoy resets the stream). A stream idle
-// timeout also ends a stalled body read now, and the connection after the
-// request.
+// timeout, or any with the request's body still being read, also ends the
+// body's read now, and the connection after the request.
 func (rw *h1Writer) timedOutLocked(cause error) {
 	rw.cancelRequest(cause)
 	rw.timedOut = true
-	if cause == errStreamIdleTimeout {
-		rw.idleTimedOut = true
+	if cause == errStreamIdleTimeout || rw.bodyPending.Load() {
+		rw.readsEnded = true
 		_ = rw.c.sc.SetReadDeadline(aLongTimeAgo)
 	}
 	_ = rw.c.sc.SetWriteDeadline(time.Now().Add(timeoutGrace))
 }
 
 // timeouts reports whether a timeout fired for the request (timedOut) and
-// whether it was the stream idle timeout.
-func (rw *h1Writer) timeouts() (timedOut, idle bool) {
+// whether it ended the request's reads (readsEnded).
+func (rw *h1Writer) timeouts() (timedOut, readsEnded bool) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.timedOut, rw.idleTimedOut
+	return rw.timedOut, rw.readsEnded
 }
 
 // serverStopped ends the request in flight, if there is one, when the

@@ -264,7 +264,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			// reads nothing), as Envoy resets it.
 			stop := context.AfterFunc(ctx, func() {
 				if errors.Is(context.Cause(ctx), errRouteTimeout) {
-					h2.timedOut(false)
+					h2.timedOut(true) // a body still being read ends as well
 				}
 			})
 			defer stop()

@@ -103,7 +103,7 @@ type h2Stream struct {
 }
 
 // timedOut gives the stream timeoutGrace to write what it still writes;
-// stallRead also ends a request body read now. It returns at once (the
+// stallRead also ends a request body read now (the request is over). It returns at once (the
 // clock's goroutine must not block; deadlines go through the connection's
 // serving goroutine).
 func (h *h2Stream) timedOut(stallRead bool) {

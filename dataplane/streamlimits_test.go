@@ -115,37 +115,49 @@ func TestStreamIdleTimeoutSilentUpstream(t *testing.T) {
 }
 
 // An upload that stops mid-body ends at the stream idle timeout: the
-// upstream's body read fails (its request is not left waiting), the
-// client gets 408 and its connection is closed.
+// client gets 408 and its connection is closed. A small body (up to
+// maxPooledBody) is read whole before the upstream is asked, so the
+// upstream sees nothing; a bigger one streams, and the upstream's body
+// read fails (its request is not left waiting).
 func TestStreamIdleTimeoutStalledUpload(t *testing.T) {
-	u := newStallUpstream(t, "127.0.0.11")
-	s, logs := startServer(t, streamConfig(u, 300*time.Millisecond, 0))
-	var ok, failed atomic.Int64
-	stop := steadyClient(t, s, &ok, &failed)
+	for _, size := range []int{1000, 2 * maxPooledBody} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			u := newStallUpstream(t, "127.0.0.11")
+			s, logs := startServer(t, streamConfig(u, 300*time.Millisecond, 0))
+			var ok, failed atomic.Int64
+			stop := steadyClient(t, s, &ok, &failed)
 
-	c, br := rawRequest(t, s, "POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: 1000\r\n\r\n0123456789")
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	select {
-	case err := <-u.uploadErr:
-		if err == nil {
-			t.Fatal("upstream read the whole of a body the client never sent")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("upstream still reading a stalled upload")
-	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled upload: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Fatalf("stalled upload: %d, want 408", resp.StatusCode)
-	}
-	readClosed(t, c)
-	logs.waitLine(t, `"POST /upload HTTP/1.1" 408 SI `, "stream_idle_timeout")
-	stop()
-	if failed.Load() != 0 || ok.Load() < 2 {
-		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+			c, br := rawRequest(t, s, fmt.Sprintf("POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: %d\r\n\r\n0123456789", size))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer to a stalled upload: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout {
+				t.Fatalf("stalled upload: %d, want 408", resp.StatusCode)
+			}
+			readClosed(t, c)
+			logs.waitLine(t, `"POST /upload HTTP/1.1" 408 SI `, "stream_idle_timeout")
+			if size <= maxPooledBody {
+				if n := u.requests.Load(); n != 0 {
+					t.Fatalf("%d requests reached the upstream; a small body is read whole first", n)
+				}
+			} else {
+				select {
+				case err := <-u.uploadErr:
+					if err == nil {
+						t.Fatal("upstream read the whole of a body the client never sent")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("upstream still reading a stalled upload")
+				}
+			}
+			stop()
+			if failed.Load() != 0 || ok.Load() < 2 {
+				t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
+			}
+		})
 	}
 }
 
@@ -598,5 +610,52 @@ func TestCancelledRequestKeepsUpstreamConnection(t *testing.T) {
 	if opened.Load() != 1 || closed.Load() != 0 {
 		t.Fatalf("%d upstream connections opened and %d closed for 3 cancelled and 3 later requests, want 1 and 0",
 			opened.Load(), closed.Load())
+	}
+}
+
+// Requests with a small body keep their upstream connection, as requests
+// without one do: each reaches the upstream whole and gets its own answer.
+func TestSmallUploadsReuseUpstreamConnection(t *testing.T) {
+	var opened atomic.Int64
+	l, err := net.Listen("tcp", "127.0.0.11:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %d %s", r.Method, r.ContentLength, b)
+	}), ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			opened.Add(1)
+		}
+	}}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	s, err := New(testConfig(noRetry, testCluster("echo", endpoint(l.Addr().String(), "a"))), Options{AccessLog: io.Discard, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for i := range 20 {
+		body := strings.Repeat(string(rune('a'+i)), 1000*(i+1))
+		req, _ := http.NewRequest(http.MethodPost, proxyURL(s)+"/up", strings.NewReader(body))
+		req.Host = "echo"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf("POST %d %s", len(body), body); string(got) != want {
+			t.Fatalf("upload %d: got %.40q…, want %.40q…", i, got, want)
+		}
+	}
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("%d upstream connections for 20 sequential uploads, want 1", n)
 	}
 }
