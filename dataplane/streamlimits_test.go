@@ -222,9 +222,13 @@ type h2Client struct {
 	buf bytes.Buffer
 }
 
-func dialH2(t *testing.T, s *Server, settings ...http2.Setting) *h2Client {
+func dialH2(t testing.TB, s *Server, settings ...http2.Setting) *h2Client {
 	t.Helper()
-	c := dialProxy(t, s)
+	c, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(s), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +243,7 @@ func dialH2(t *testing.T, s *Server, settings ...http2.Setting) *h2Client {
 
 // headers sends a request on stream id (end of stream: no body) with
 // the extra header fields.
-func (h *h2Client) headers(t *testing.T, id uint32, path string, extra ...hpack.HeaderField) {
+func (h *h2Client) headers(t testing.TB, id uint32, path string, extra ...hpack.HeaderField) {
 	t.Helper()
 	h.buf.Reset()
 	for _, f := range append([]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
@@ -251,9 +255,10 @@ func (h *h2Client) headers(t *testing.T, id uint32, path string, extra ...hpack.
 	}
 }
 
-// until reads frames (acknowledging settings) until match returns true
+// until reads frames (acknowledging settings, returning the connection's
+// window for data) until match returns true
 // for one, or the connection ends (its error is returned).
-func (h *h2Client) until(t *testing.T, match func(http2.Frame) bool) error {
+func (h *h2Client) until(t testing.TB, match func(http2.Frame) bool) error {
 	t.Helper()
 	h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
@@ -267,6 +272,10 @@ func (h *h2Client) until(t *testing.T, match func(http2.Frame) bool) error {
 		}
 		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
 			h.fr.WriteSettingsAck()
+		}
+		if d, ok := f.(*http2.DataFrame); ok && len(d.Data()) > 0 {
+			// The connection's window back (streams have their own).
+			h.fr.WriteWindowUpdate(0, uint32(len(d.Data())))
 		}
 		if match(f) {
 			return nil
@@ -713,4 +722,57 @@ func TestStreamIdleTimeoutUpgradedStream(t *testing.T) {
 		t.Fatal("upstream side of the idle upgraded stream still open")
 	}
 	logs.waitLine(t, `"GET /ws HTTP/1.1" 101 SI `, "stream_idle_timeout")
+}
+
+// BenchmarkHPACKBomb measures what one HPACK bomb costs the proxy: a
+// HEADERS frame of about 16 KB whose fields index one 4 KB table entry
+// thousands of times (about 16 MB decoded). The decoded list's limit
+// (Envoy's max_request_headers_kb) stops the decoding at 60 KiB; each
+// bomb is answered 431 before the next is sent, so ns/op is the proxy's
+// work per bomb (and the client's small share).
+func BenchmarkHPACKBomb(b *testing.B) {
+	up := upstream(b, "127.0.0.11", named("app"))
+	s, err := New(testConfig(noRetry, testCluster("echo", endpoint(up, "a"))), Options{Workers: 1, AccessLog: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Shutdown()
+	h := dialH2(b, s)
+	big := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+	fields := make([]hpack.HeaderField, 4000)
+	for i := range fields {
+		fields[i] = big
+	}
+	// The first bomb puts the entry in the table; from the second on the
+	// block is the same bytes (indexes only), encoded once.
+	var block []byte
+	id := uint32(1)
+	one := func() {
+		if block == nil || id < 5 {
+			h.headers(b, id, "/", fields...)
+			block = bytes.Clone(h.buf.Bytes())
+		} else if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			b.Fatal(err)
+		}
+		want := id
+		id += 2
+		h.until(b, func(f http2.Frame) bool {
+			mh, ok := f.(*http2.MetaHeadersFrame)
+			if ok && mh.StreamID == want {
+				if st := mh.PseudoValue("status"); st != "431" {
+					b.Fatalf("bomb answered %s, want 431", st)
+				}
+				return true
+			}
+			return false
+		})
+	}
+	one()
+	b.ResetTimer()
+	for b.Loop() {
+		one()
+	}
 }
