@@ -236,6 +236,13 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
+				if req.Context().Err() != nil {
+					// The stream idle timeout ended a stalled upload
+					// (408 SI), or the client reset it (DC): not an
+					// empty 200.
+					w.proxyError(sw, ex, w.contextError(req, ex))
+					return
+				}
 				ex.flags |= lb.FlagDC
 				ex.details = "downstream_remote_disconnect"
 				return
