@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/meshlet-dev/meshlet/lb"
 )
 
 // forward sends a routed request upstream through the router (route) and
@@ -249,6 +252,11 @@ func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res 
 	go halfCopy(conn, countingReader{up, &ex.upgraded}, errc)
 	if err := <-errc; err == nil {
 		<-errc
+	}
+	if errors.Is(context.Cause(req.Context()), errStreamIdleTimeout) {
+		// Ended by the stream idle timeout: logged and counted as such.
+		ex.flags |= lb.FlagSI
+		ex.details = detailStreamIdleTimeout
 	}
 }
 
