@@ -678,7 +678,13 @@ func (b *cancelBody) Close() error {
 func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host) (reason int, perTry bool) {
 	c := ex.cluster
 	if ctxErr := req.Context().Err(); ctxErr != nil {
-		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		if errors.Is(context.Cause(req.Context()), errRouteTimeout) {
+			// Only the route timeout is the host's (Envoy's router
+			// reports it): a client that reset, left or stalled (the
+			// stream idle timeout) says nothing about the host, and
+			// must not get it ejected.
+			w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		}
 		_ = w.contextError(req, ex)
 		return -1, false
 	}
