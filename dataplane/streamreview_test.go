@@ -202,3 +202,22 @@ func TestReviewClientResetsDoNotEjectHealthyHost(t *testing.T) {
 		t.Errorf("healthy host: %q after %d client resets", f, od.Consecutive5xx)
 	}
 }
+
+// A client that waits for its 100 Continue before sending its body (as
+// Expect: 100-continue asks) on a route with retries: the proxy reads the
+// body to buffer it for a retry before anything goes upstream, and sends
+// its 100 Continue only as a request goes upstream. Neither side moves
+// until the client gives up waiting (curl: 1 s; some clients: never) or,
+// since c846c66, the stream idle timeout answers 408.
+func TestReviewExpectContinueOnRetryingRoute(t *testing.T) {
+	u := newStallUpstream(t, "127.0.0.11")
+	cfg := streamConfig(u, 0, 0)
+	cfg.Listeners[0].Routes[0].Retry = lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}
+	s, _ := startServer(t, cfg)
+	c, br := rawRequest(t, s, "POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("waiting for 100 Continue: %q %v", line, err)
+	}
+}
