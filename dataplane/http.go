@@ -234,6 +234,9 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
+			if b, ok := cb.ReadCloser.(*h1ReqBody); ok {
+				b.sendContinue() // the body is read now, before any attempt
+			}
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
 				if req.Context().Err() != nil {
