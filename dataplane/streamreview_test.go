@@ -221,3 +221,31 @@ func TestReviewExpectContinueOnRetryingRoute(t *testing.T) {
 		t.Fatalf("waiting for 100 Continue: %q %v", line, err)
 	}
 }
+
+// An HTTP/2 stream or upgraded connection that lives long (a gRPC watch,
+// a WebSocket) keeps its stream idle alarm listed on the worker's clock,
+// due up to 75 s (a quarter of 5m) ahead; the clock then ticks every
+// clockTick (40 wake-ups a second) for as long as the stream lives,
+// where before c846c66 a stream on a route without a timeout (the inbound
+// default) left an idle sidecar's clock stopped. Ticks that find nothing
+// due are the cost clock.go was written to avoid.
+func TestReviewClockIdlesWithFarAlarm(t *testing.T) {
+	w := &worker{}
+	si := &streamIdle{w: w, s: &httpScratch{}}
+	si.arm(5 * time.Minute)
+	defer si.stop()
+	time.Sleep(clockLinger + 100*time.Millisecond) // past the linger
+	seen := map[time.Time]bool{}
+	end := time.Now().Add(time.Second)
+	for time.Now().Before(end) {
+		w.clock.mu.Lock()
+		if w.clock.running {
+			seen[w.clock.next] = true
+		}
+		w.clock.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(seen) > 2 {
+		t.Errorf("the clock woke about %d times in a second with one alarm due in %v", len(seen), si.every)
+	}
+}
