@@ -234,8 +234,18 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
+			if b, ok := cb.ReadCloser.(*h1ReqBody); ok {
+				b.sendContinue() // the body is read now, before any attempt
+			}
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
+				if req.Context().Err() != nil {
+					// The stream idle timeout ended a stalled upload
+					// (408 SI), or the client reset it (DC): not an
+					// empty 200.
+					w.proxyError(sw, ex, w.contextError(req, ex))
+					return
+				}
 				ex.flags |= lb.FlagDC
 				ex.details = "downstream_remote_disconnect"
 				return
@@ -671,7 +681,13 @@ func (b *cancelBody) Close() error {
 func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host) (reason int, perTry bool) {
 	c := ex.cluster
 	if ctxErr := req.Context().Err(); ctxErr != nil {
-		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		if errors.Is(context.Cause(req.Context()), errRouteTimeout) {
+			// Only the route timeout is the host's (Envoy's router
+			// reports it): a client that reset, left or stalled (the
+			// stream idle timeout) says nothing about the host, and
+			// must not get it ejected.
+			w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
+		}
 		_ = w.contextError(req, ex)
 		return -1, false
 	}

@@ -54,7 +54,11 @@ func (si *streamIdle) progress() uint64 {
 
 // arm starts watching the request (timeout > 0).
 func (si *streamIdle) arm(timeout time.Duration) {
-	si.alarm.target = si
+	if si.alarm.target == nil {
+		// Once: a clock's tick may still read it for the writer's last
+		// request.
+		si.alarm.target = si
+	}
 	si.mu.Lock()
 	si.every = timeout / idleChecks
 	si.quiet, si.last = 0, si.progress()
