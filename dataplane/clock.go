@@ -13,7 +13,8 @@ import (
 // the thread sleeping in the network poller (or starts another), which at
 // a steady 1000 req/s was a large part of the sidecar's CPU per request;
 // the clock arms one runtime timer per clockTick instead, and only while
-// alarms are set or were set within the last clockLinger.
+// alarms are set or were set within the last clockLinger; with only far
+// alarms left after that, it sleeps until the earliest one's tick.
 //
 // An alarm fires between its deadline and one tick later (ticks fall on
 // the same instants for every clock: clockEpoch). Its function
@@ -100,7 +101,8 @@ func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
 		c.due = append(c.due, a)
 	}
 	c.last = now
-	if !c.running {
+	switch {
+	case !c.running:
 		c.running = true
 		wait := untilTick(now, clockTick)
 		c.next = now.Add(wait)
@@ -109,6 +111,11 @@ func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
 		} else {
 			c.timer.Reset(wait)
 		}
+	case c.next.Sub(now) > clockTick && a.when.Before(c.next):
+		// The clock sleeps until a far alarm (tick): this one is sooner.
+		wait := untilTick(now, clockTick)
+		c.next = now.Add(wait)
+		c.timer.Reset(wait)
 	}
 	c.mu.Unlock()
 	return gen
@@ -143,9 +150,25 @@ func (c *clock) tick() {
 	}
 	clear(c.due[len(keep):])
 	c.due = keep
-	if len(keep) == 0 && now.Sub(c.last) >= clockLinger {
+	switch {
+	case len(keep) == 0 && now.Sub(c.last) >= clockLinger:
 		c.running = false
-	} else {
+	case now.Sub(c.last) >= clockLinger:
+		// Only far alarms (a long stream's idle check): sleep until the
+		// tick of the earliest rather than wake every tick for it.
+		earliest := keep[0].when
+		for _, a := range keep[1:] {
+			if a.when.Before(earliest) {
+				earliest = a.when
+			}
+		}
+		wait := untilTick(now, clockTick)
+		if d := earliest.Sub(now); d > wait {
+			wait = d + untilTick(earliest, clockTick)
+		}
+		c.next = now.Add(wait)
+		c.timer.Reset(wait)
+	default:
 		wait := untilTick(now, clockTick)
 		c.next = now.Add(wait)
 		c.timer.Reset(wait)

@@ -56,8 +56,8 @@ func TestClockWithTimeout(t *testing.T) {
 	var c clock
 	cause := &timeoutError{"test timeout"}
 	for _, d := range []time.Duration{10 * time.Millisecond, preciseBelow + 50*time.Millisecond} { // runtime timer, clock
+		start := time.Now() // before: a preemption between the two must not shorten d
 		ctx, cancel := c.withTimeout(context.Background(), d, cause)
-		start := time.Now()
 		select {
 		case <-ctx.Done():
 		case <-time.After(3 * time.Second):

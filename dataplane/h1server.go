@@ -74,8 +74,9 @@ type h1ServerConn struct {
 	idle atomic.Bool
 	// cur is the request being served (its upstream abort).
 	cur atomic.Pointer[h1Writer]
-	// headersTimeout is the listener's request_headers_timeout (0: none).
-	headersTimeout time.Duration
+	// headersTimeout and streamIdle are the listener's
+	// request_headers_timeout and stream_idle_timeout (0: none).
+	headersTimeout, streamIdle time.Duration
 	// readDL is the read deadline last set by this connection's
 	// goroutines (drain's are not recorded: the connection then ends).
 	readDL time.Time
@@ -308,7 +309,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(ls)}
 	c.headersTimeout = config.DefaultRequestHeadersTimeout
 	if ls != nil {
-		c.headersTimeout = ls.cfg.RequestHeadersTimeout
+		c.headersTimeout, c.streamIdle = ls.cfg.RequestHeadersTimeout, ls.cfg.StreamIdleTimeout
 	}
 	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
@@ -490,7 +491,11 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	rw.started(req, cancel)
 	watch := &rw.watch
 	c.cur.Store(rw)
+	if c.streamIdle > 0 {
+		rw.idle.arm(c.streamIdle)
+	}
 	defer func() {
+		rw.idle.stop()
 		c.cur.Store(nil)
 		rw.ended()
 		rw.abort.fire() // an exchange still watched ends with the request, as with its context
@@ -518,6 +523,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 		watch.arm()
 	}
 	aborted := c.run(rw, req)
+	rw.stopRouteTimeout() // the handler is done: not during finish or the drain below
 	watch.stop()
 	if rw.hijacked {
 		return false

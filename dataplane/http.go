@@ -134,26 +134,38 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// serveHTTP serves an HTTP/1 request (the h1 server's handler): its
+// state is the connection's writer's, and the writer owns its timeouts.
 func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
+	hw, ok := rw.(*h1Writer)
+	if !ok {
+		w.serveH2(rw, req) // (net/http's server, in tests)
+		return
+	}
+	w.serveRequest(rw, req, &hw.scratch, hw, nil)
+}
+
+// serveH2 serves an HTTP/2 stream (x/net's handler). The stream's
+// timeouts reach it from other goroutines (h2Stream), so its state is its
+// own, and one context of its own carries their causes.
+func (w *worker) serveH2(rw http.ResponseWriter, req *http.Request) {
+	hs := &h2Scratch{stream: h2Stream{rc: http.NewResponseController(rw)}}
+	hs.streamCtx = req.Context()
+	ctx, cancel := context.WithCancelCause(hs.streamCtx)
+	hs.cancel = cancel
+	hs.idle.s, hs.idle.w, hs.idle.h2, hs.idle.cancel = &hs.httpScratch, w, &hs.stream, cancel
+	hs.route.hs, hs.route.alarm.target = hs, &hs.route
+	defer hs.end()
+	w.serveRequest(rw, req.WithContext(ctx), &hs.httpScratch, nil, hs)
+}
+
+// serveRequest is the handler's work for one request, with its state s,
+// and the writer hw of an HTTP/1 request or the stream hs of an HTTP/2 one.
+func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *h2Scratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
 	start := time.Now()
 	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
-	var s *httpScratch
-	var idle *streamIdle
-	var h2 *h2Stream
-	hw, _ := rw.(*h1Writer)
-	if hw != nil {
-		s, idle = &hw.scratch, &hw.idle
-	} else {
-		// An HTTP/2 stream's timeouts reach it from other goroutines
-		// (h2Stream), after which its scratch is not reused.
-		hs := &h2Scratch{}
-		hs.idle.s, hs.idle.w, hs.idle.h2 = &hs.httpScratch, w, &hs.stream
-		hs.stream.rc = http.NewResponseController(rw)
-		s, idle, h2 = &hs.httpScratch, &hs.idle, &hs.stream
-		defer h2.end()
-	}
 	sw := &s.sw
 	sw.ResponseWriter = rw
 	cb := &s.cb
@@ -168,8 +180,8 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		req.Header["X-Request-Id"] = s.idValue[:]
 	}
 	down := req.Context()        // the downstream's (req may be replaced below)
-	stream := down               // the HTTP/2 stream's own
 	var routeCtx context.Context // the request's context with the route timeout
+	var admitted *cluster        // the cluster whose max_requests counts it
 	defer func() {
 		r := recover()
 		if r == http.ErrAbortHandler {
@@ -177,12 +189,17 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 			// headers went out: say why, as Envoy's flags do.
 			ex.midBodyFailure(down, routeCtx)
 		}
+		if admitted != nil {
+			admitted.rqActive.Add(-1)
+			ex.stats.gauge(gUpstreamRqActive, -1)
+			ex.stats.inc(cUpstreamRqCompleted)
+		}
 		if ex.flags&lb.FlagSI != 0 {
 			w.s.countStreamIdleTimeout(st, info)
 		}
 		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
-		if info.h2 != nil {
-			w.endStream(st, info, stream.Err() != nil, sw.code != 0, time.Since(start))
+		if info.h2 != nil && hs != nil {
+			w.endStream(st, info, hs.streamCtx.Err() != nil, sw.code != 0, time.Since(start))
 		}
 		if r != nil {
 			panic(r) // net/http closes the connection without a log of its own
@@ -200,15 +217,8 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		http.Error(sw, "route not found", http.StatusNotFound)
 		return
 	}
-	if t := ls.cfg.StreamIdleTimeout; t > 0 {
-		if h2 != nil {
-			ctx, cancel := context.WithCancelCause(req.Context())
-			defer cancel(context.Canceled)
-			req = req.WithContext(ctx)
-			down, idle.cancel = ctx, cancel
-		}
-		idle.arm(t)
-		defer idle.stop()
+	if t := ls.cfg.StreamIdleTimeout; t > 0 && hs != nil {
+		hs.idle.arm(t) // (an HTTP/1 connection arms its requests' own)
 	}
 	ex.route, ex.cluster = route, route.cluster
 	c := route.cluster
@@ -226,11 +236,7 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	ex.stats.gauge(gUpstreamRqActive, 1)
-	defer func() {
-		c.rqActive.Add(-1)
-		ex.stats.gauge(gUpstreamRqActive, -1)
-		ex.stats.inc(cUpstreamRqCompleted)
-	}()
+	admitted = c
 
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
@@ -260,24 +266,14 @@ func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 
 	if t := route.cfg.Timeout; t > 0 {
+		// Stopped as the handler returns: by the HTTP/1 server
+		// (h1ServerConn.serve), by serveH2.
 		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
 			hw.armRouteTimeout(t)
-			defer hw.stopRouteTimeout()
 		} else {
-			ctx, cancel := w.clock.withTimeout(req.Context(), t, errRouteTimeout)
-			defer cancel()
-			req = req.WithContext(ctx)
-			// A fired route timeout resets the stream if its response
-			// is still being written after the grace (a client that
-			// reads nothing), as Envoy resets it.
-			stop := context.AfterFunc(ctx, func() {
-				if errors.Is(context.Cause(ctx), errRouteTimeout) {
-					h2.timedOut(true) // a body still being read ends as well
-				}
-			})
-			defer stop()
+			hs.route.arm(w, t)
 		}
 	}
 	routeCtx = req.Context()
@@ -298,11 +294,57 @@ func hget(h http.Header, key string) string {
 // idle timeout (flag SI).
 const detailStreamIdleTimeout = "stream_idle_timeout"
 
-// h2Scratch is serveHTTP's state for one HTTP/2 request.
+// h2Scratch is serveH2's state for one HTTP/2 request: the request's, its
+// stream's context (streamCtx, before the request's own), the cancel of
+// the request's context and its timeouts.
 type h2Scratch struct {
 	httpScratch
-	idle   streamIdle
-	stream h2Stream
+	streamCtx context.Context
+	cancel    context.CancelCauseFunc
+	idle      streamIdle
+	route     h2RouteTimeout
+	stream    h2Stream
+}
+
+// end stops the request's timeouts and ends its context once the handler
+// is done; the stream's writer is then out of reach (h2Stream.end).
+func (hs *h2Scratch) end() {
+	hs.idle.stop()
+	hs.route.stop()
+	hs.cancel(context.Canceled)
+	hs.stream.end()
+}
+
+// h2RouteTimeout is an HTTP/2 request's route timeout on the worker's
+// clock: once it fires, the request's context ends with errRouteTimeout
+// and the stream is reset if its response is still being written after
+// the grace (a client that reads nothing), as Envoy resets it.
+type h2RouteTimeout struct {
+	alarm alarm
+	timer *time.Timer // a timeout under preciseBelow
+	hs    *h2Scratch
+}
+
+func (r *h2RouteTimeout) arm(w *worker, d time.Duration) {
+	if d < preciseBelow {
+		r.timer = time.AfterFunc(d, func() { r.alarmFired(0) })
+		return
+	}
+	w.clock.set(&r.alarm, d)
+}
+
+func (r *h2RouteTimeout) stop() {
+	r.alarm.stop()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// alarmFired ends the request (a late firing after the handler is
+// harmless: the context is already over, the stream out of reach).
+func (r *h2RouteTimeout) alarmFired(uint64) {
+	r.hs.cancel(errRouteTimeout)
+	r.hs.stream.timedOut(true) // a body still being read ends as well
 }
 
 // errRouteTimeout ends a request's context when its route timeout passes.

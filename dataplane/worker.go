@@ -185,7 +185,7 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 		info.h2 = &h2Conn{conn: sc}
 		w.h2.ServeConn(sc, &http2.ServeConnOpts{
 			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
-			Handler:    http.HandlerFunc(w.serveHTTP),
+			Handler:    http.HandlerFunc(w.serveH2),
 			BaseConfig: w.httpSrv,
 		})
 		c.Close()
