@@ -74,9 +74,12 @@ func TestEnvoyVectors(t *testing.T) {
 }
 
 // TestMeshletVectors runs meshlet's own vectors, in the same schema, for
-// cases the public file does not cover (buckets with no healthy host).
+// cases the public file does not cover: buckets with no healthy host, and
+// every schema field the public vectors leave unused.
 func TestMeshletVectors(t *testing.T) {
-	runVectorFile(t, "testdata/meshlet-extra-vectors.json")
+	for _, f := range []string{"meshlet-extra-vectors.json", "meshlet-schema-vectors.json"} {
+		t.Run(f, func(t *testing.T) { runVectorFile(t, filepath.Join("testdata", f)) })
+	}
 }
 
 func runVectorFile(t *testing.T, path string) {
