@@ -395,7 +395,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 				req.Body = io.NopCloser(bytes.NewReader(ex.body))
 			}
 		}
-		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel}
+		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel, RetryPriority: rs.RetryPriority()}
 		h, hc := w.pick(c, &pc)
 		if h == nil {
 			ex.stats.inc(cUpstreamCxNoneHealthy)
@@ -403,6 +403,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			ex.details = "no_healthy_upstream"
 			return nil, errNoHealthyUpstream
 		}
+		rs.OnHostAttempted(h) // the retry priority excludes its level later
 		ex.tried = append(ex.tried, h.ID)
 		ex.host = h.Address
 		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
