@@ -415,6 +415,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		switch {
 		case err != nil:
 			hc.rqError.Add(1)
+			hc.countConnectFail(err)
 			if isDeadline(err) {
 				hc.rqTimeout.Add(1)
 			}
