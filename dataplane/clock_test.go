@@ -16,6 +16,11 @@ func TestClockAlarms(t *testing.T) {
 	var stopped atomic.Bool
 	a := c.after(20*time.Millisecond, func() { stopped.Store(true) })
 	a.stop()
+	// A marker due with them, listed after them: a tick runs the due
+	// alarms in list order, so once the marker ran the stopped alarm's
+	// turn has passed.
+	marker := make(chan struct{})
+	c.after(20*time.Millisecond, func() { close(marker) })
 	select {
 	case d := <-fired:
 		if d < 20*time.Millisecond {
@@ -24,8 +29,11 @@ func TestClockAlarms(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("alarm did not fire")
 	}
-	// The stopped alarm was due at the same tick.
-	time.Sleep(3 * clockTick)
+	select {
+	case <-marker:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the marker alarm did not fire")
+	}
 	if stopped.Load() {
 		t.Error("a stopped alarm fired")
 	}
@@ -155,7 +163,15 @@ func TestClockAlarmSetAgain(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the alarm set again did not fire")
 	}
-	time.Sleep(3 * clockTick)
+	// A marker set now fires at a later tick, after anything the clock
+	// still held for a: once it ran, a had its chance to fire again.
+	marker := make(chan struct{})
+	c.after(time.Millisecond, func() { close(marker) })
+	select {
+	case <-marker:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the marker alarm did not fire")
+	}
 	if len(fired) != 0 {
 		t.Errorf("the alarm fired %d more times", len(fired))
 	}

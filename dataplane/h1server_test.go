@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -213,14 +214,36 @@ func TestH1ServerBytesBeforeResponse(t *testing.T) {
 		return false
 	}
 
+	// waitProxy waits until cond holds of the proxy's end of c, so that
+	// what the client sent is there before the upstream answers (on a
+	// system without TCP_INFO it cannot tell and goes on).
+	waitProxy := func(what string, c net.Conn, cond func() (bool, bool)) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); ; {
+			done, ok := cond()
+			if done || !ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy's socket never showed %s", what)
+			}
+			runtime.Gosched()
+		}
+	}
+
 	// A request sent while the one before is with the upstream.
 	checked := false
 	for attempt := 0; attempt < 10 && !checked; attempt++ {
 		c, br := conn()
 		io.WriteString(c, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\n")
 		arrived("/one")
-		io.WriteString(c, "GET /two HTTP/1.1\r\nHost: echo\r\n\r\n")
-		time.Sleep(200 * time.Microsecond)
+		before, _ := proxyReceived(s, c)
+		two := "GET /two HTTP/1.1\r\nHost: echo\r\n\r\n"
+		io.WriteString(c, two)
+		waitProxy("/two's bytes", c, func() (bool, bool) {
+			n, ok := proxyReceived(s, c)
+			return n >= before+uint64(len(two)), ok
+		})
 		free()
 		if body, err := readBody(br); err != nil || body != "/one" {
 			t.Fatalf("attempt %d: /one: %q %v", attempt, body, err)
@@ -245,7 +268,7 @@ func TestH1ServerBytesBeforeResponse(t *testing.T) {
 		io.WriteString(c, "GET /last HTTP/1.1\r\nHost: echo\r\n\r\n")
 		arrived("/last")
 		_ = c.CloseWrite()
-		time.Sleep(200 * time.Microsecond)
+		waitProxy("the client's FIN", c, func() (bool, bool) { return proxyGotFIN(s, c) })
 		free()
 		body, err := readBody(br)
 		if err != nil || body != "/last" {
@@ -351,7 +374,11 @@ func TestH1RequestHeadersPerRequest(t *testing.T) {
 // context is not reused, and a request with a body leaves the next one a
 // new writer.
 func TestH1ConnectionReusesRequestState(t *testing.T) {
+	gone := make(chan struct{}, 1) // the request the client leaves during arrived
 	up := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/gone" {
+			gone <- struct{}{}
+		}
 		if ms := r.URL.Query().Get("ms"); ms != "" {
 			d, _ := time.ParseDuration(ms + "ms")
 			select {
@@ -428,10 +455,14 @@ func TestH1ConnectionReusesRequestState(t *testing.T) {
 	slowOK(600)
 	// The client-gone watch still works after many requests: the client
 	// leaves during a slow request (DC).
-	if _, err := io.WriteString(c, "GET /slow?ms=2000 HTTP/1.1\r\nHost: echo\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET /gone?ms=2000 HTTP/1.1\r\nHost: echo\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request the client leaves never reached the upstream")
+	}
 	c.Close()
-	logs.waitLine(t, `"GET /slow?ms=2000 HTTP/1.1" 0 DC `)
+	logs.waitLine(t, `"GET /gone?ms=2000 HTTP/1.1" 0 DC `)
 }

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -95,6 +97,11 @@ func TestOutlierEjectionAndReturn(t *testing.T) {
 // proxy, though workers only count successes and the main loop delivers
 // them before the next failure (worker.reportCode): 2 failures, a success
 // and 2 failures eject nobody; a third failure in a row ejects.
+//
+// The "nobody" is checked once a marker has been handled: one worker
+// queues its results in order and the main loop takes them in that order,
+// so when a later request to a second cluster (ejected by one 500) shows
+// its ejection, the five results before it have been applied.
 func TestOutlierSuccessResetsConsecutive(t *testing.T) {
 	var fail atomic.Bool
 	up := upstream(t, "127.0.0.13", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,29 +111,55 @@ func TestOutlierSuccessResetsConsecutive(t *testing.T) {
 		}
 		w.Write([]byte("ok"))
 	}))
+	mark := upstream(t, "127.0.0.14", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
 	cl := testCluster("echo", endpoint(up, "a"))
 	od := lb.DefaultOutlierConfig()
 	od.Interval = time.Hour // no tick: the successes must come with the failures
 	od.MaxEjectionPercent = 100
 	od.Consecutive5xx = 3
 	cl.Outlier = &od
-	s, _ := startServer(t, testConfig(noRetry, cl))
+	markCl := testCluster("mark", endpoint(mark, "a"))
+	markOD := od
+	markOD.Consecutive5xx = 1
+	markCl.Outlier = &markOD
+	cfg := testConfig(noRetry, cl, markCl)
+	route := cfg.Listeners[0].Routes[0]
+	route.Name, route.Hosts, route.Cluster = "mark", []string{"mark"}, "mark"
+	cfg.Listeners[0].Routes = append(cfg.Listeners[0].Routes, route)
+	// One worker: every result goes through one queue, in request order.
+	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 1})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
 	send := func(failing bool, n int) {
 		fail.Store(failing)
 		for range n {
 			get(t, http.DefaultClient, s, "/")
 		}
 	}
-	ejected := func() bool { return strings.Contains(hostFlags(s, "echo", up), "failed_outlier_check") }
+	ejected := func(cluster, addr string) func() bool {
+		return func() bool { return strings.Contains(hostFlags(s, cluster, addr), "failed_outlier_check") }
+	}
 	send(true, 2)
 	send(false, 1)
 	send(true, 2)
-	time.Sleep(200 * time.Millisecond) // the main loop has applied them
-	if ejected() {
+	req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/", nil)
+	req.Host = "mark"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("marker request: %v", err)
+	}
+	resp.Body.Close()
+	waitFor(t, "the marker cluster's ejection", ejected("mark", mark))
+	if ejected("echo", up)() {
 		t.Fatal("ejected after 2 failures, a success and 2 failures (consecutive_5xx 3)")
 	}
 	send(true, 1)
-	waitFor(t, "ejection after a third failure in a row", ejected)
+	waitFor(t, "ejection after a third failure in a row", ejected("echo", up))
 }
 
 // Active HTTP health checks: a host starts failed until its first check,

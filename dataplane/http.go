@@ -509,7 +509,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			// reset as soon as it was sent): nothing goes upstream.
 			return nil, w.contextError(req, ex)
 		}
-		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel}
+		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel, RetryPriority: rs.RetryPriority()}
 		h, hc := w.pick(c, &pc)
 		if h == nil {
 			ex.stats.inc(cUpstreamCxNoneHealthy)
@@ -517,6 +517,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			ex.details = "no_healthy_upstream"
 			return nil, errNoHealthyUpstream
 		}
+		rs.OnHostAttempted(h) // the retry priority excludes its level later
 		ex.tried = append(ex.tried, h.ID)
 		ex.host = h.Address
 		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
@@ -528,6 +529,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		switch {
 		case err != nil:
 			hc.rqError.Add(1)
+			hc.countConnectFail(err)
 			if isDeadline(err) {
 				hc.rqTimeout.Add(1)
 			}

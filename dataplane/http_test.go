@@ -97,6 +97,33 @@ func TestHTTPConnectFailureThenRetryLimit(t *testing.T) {
 	}
 }
 
+// A failed HTTP connect counts against the host in /clusters, once per
+// attempt, as the TCP proxy's do: with one retry on connect-failure the
+// closed port is dialled, and counted, twice.
+func TestHTTPConnectFailCountedPerHost(t *testing.T) {
+	dead := closedAddr(t, "127.0.0.11")
+	for _, tt := range []struct {
+		policy lb.RetryPolicy
+		want   int
+	}{
+		{noRetry, 1},
+		{lb.RetryPolicy{RetryOn: lb.RetryConnectFailure, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}, 2},
+	} {
+		s, _ := startServer(t, testConfig(tt.policy, testCluster("echo", endpoint(dead, "a"))))
+		line := "echo::" + dead + "::cx_connect_fail::"
+		if out := adminGet(t, s, "/clusters"); !strings.Contains(out, line+"0\n") {
+			t.Fatalf("before any request /clusters lacks %q0:\n%s", line, out)
+		}
+		if code, _, _ := get(t, http.DefaultClient, s, "/"); code != 503 {
+			t.Fatalf("status %d, want 503 (UF)", code)
+		}
+		// The route counts before it answers, so the 503 orders the check.
+		if out := adminGet(t, s, "/clusters"); !strings.Contains(out, fmt.Sprintf("%s%d\n", line, tt.want)) {
+			t.Errorf("retries %d: /clusters lacks %q%d:\n%s", tt.policy.NumRetries, line, tt.want, out)
+		}
+	}
+}
+
 func TestHTTPRetry5xxToAnotherHost(t *testing.T) {
 	var badHits atomic.Int64
 	bad := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -288,15 +288,20 @@ type blockingWriter struct{ release chan struct{} }
 
 func (b *blockingWriter) Write(p []byte) (int, error) { <-b.release; return len(p), nil }
 
-// Drain: readiness fails, listeners close, in-flight requests finish.
+// Drain: readiness fails, listeners close, in-flight requests finish. The
+// upstream holds the request until the draining proxy was seen refusing
+// connections.
 func TestDrainFinishesInFlight(t *testing.T) {
 	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
 	slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
+		<-release
 		w.Write([]byte("done"))
 	}))
-	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(slow, "a"))))
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
+	cfg.DrainTimeout = time.Minute // Drain ends with the request, not the timeout
+	s, _ := startServer(t, cfg)
 	url := proxyURL(s)
 	var wg sync.WaitGroup
 	var body string
@@ -306,18 +311,27 @@ func TestDrainFinishesInFlight(t *testing.T) {
 		_, body, _ = get(t, http.DefaultClient, s, "/inflight")
 	}()
 	<-entered
-	go s.Drain()
-	time.Sleep(50 * time.Millisecond)
-	if r := adminGet(t, s, "/ready"); !strings.Contains(r, "DRAINING") {
-		t.Errorf("/ready while draining: %q", r)
+	drained := make(chan struct{})
+	go func() { s.Drain(); close(drained) }()
+	waitFor(t, "/ready to say DRAINING", func() bool { return strings.Contains(adminGet(t, s, "/ready"), "DRAINING") })
+	waitFor(t, "the listener to refuse new connections", func() bool {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	select {
+	case <-drained:
+		t.Fatal("Drain returned with a request in flight")
+	default:
 	}
-	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 200*time.Millisecond); err == nil {
-		t.Error("new connections still accepted while draining")
-	}
+	close(release)
 	wg.Wait()
 	if body != "done" {
 		t.Errorf("in-flight request got %q", body)
 	}
+	<-drained
 }
 
 // Pooled upstream connections close after the cluster's idle timeout, well
@@ -463,7 +477,8 @@ func TestShutdownAfterDrainWaitsForInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	time.Sleep(20 * time.Millisecond)
+	// /drain starts the drain in the background: Shutdown must come after.
+	waitFor(t, "/ready to say DRAINING", func() bool { return strings.Contains(adminGet(t, s, "/ready"), "DRAINING") })
 	s.Shutdown()
 	if got := <-done; got != "done" {
 		t.Errorf("in-flight request across /drain then Shutdown got %q", got)

@@ -7,10 +7,42 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// waitPeerClosed waits until c's socket has its peer's FIN: its TCP state
+// is CLOSE_WAIT.
+func waitPeerClosed(t *testing.T, c *net.TCPConn) {
+	t.Helper()
+	const tcpCloseWait = 8 // TCP_CLOSE_WAIT, include/net/tcp_states.h
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; runtime.Gosched() {
+		var state uint8
+		var ierr error
+		if err := rc.Control(func(fd uintptr) {
+			var info *unix.TCPInfo
+			if info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); ierr == nil {
+				state = info.State
+			}
+		}); err != nil || ierr != nil {
+			t.Fatalf("TCP_INFO: %v %v", err, ierr)
+		}
+		if state == tcpCloseWait {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the peer's FIN never arrived (TCP state %d)", state)
+		}
+	}
+}
 
 // tcpPair is a connected loopback pair.
 func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
@@ -177,7 +209,7 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 	e, f := tcpPair(t)
 	re := newRawSocket(e)
 	f.Close()
-	time.Sleep(10 * time.Millisecond)
+	waitPeerClosed(t, e)
 	var err error
 	for range 10 {
 		re.queueForRead([]byte("ping"))

@@ -54,7 +54,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "traffic before the reload", func() bool { return ok.Load() >= 20 })
 
 	// A valid change: a third host and a new route timeout.
 	next := *cfg
@@ -74,7 +74,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `listeners[0].routes[0].cluster: no cluster "nope"`) {
 		t.Errorf("invalid reload: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Traffic goes on after both reloads, and reaches the added host.
+	after := ok.Load()
+	waitFor(t, "traffic after the reloads, to the added host too", func() bool { return seenC.Load() && ok.Load() >= after+20 })
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 {

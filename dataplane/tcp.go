@@ -60,7 +60,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		hc.rqActive.Add(-1)
 		if err != nil {
 			hc.rqError.Add(1)
-			hc.cxConnectFail.Add(1)
+			hc.countConnectFail(err)
 		} else {
 			hc.rqSuccess.Add(1)
 		}

@@ -122,6 +122,11 @@ func TestTCPIdleTimeoutFreesSilentClients(t *testing.T) {
 	extra := dialProxy(t, s)
 	readClosed(t, extra)
 	logs.waitLine(t, `"- - -" 0 UO `, "overflow")
+	// The circuit breaker refused before dialling: no connect failure
+	// (the host's counters move before the access-log line is written).
+	if out := adminGet(t, s, "/clusters"); !strings.Contains(out, "echo::"+app+"::cx_connect_fail::0\n") {
+		t.Errorf("an overflow counted as a connect failure of %s:\n%s", app, out)
+	}
 
 	for _, c := range silent {
 		readClosed(t, c)

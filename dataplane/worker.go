@@ -528,6 +528,16 @@ type hostCounters struct {
 	outlierOK atomic.Uint64
 }
 
+// countConnectFail counts a failed connect to the host, Envoy's per-host
+// cx_connect_fail: a connectError (TCP or TLS), unless it is an overflow,
+// where the circuit breaker refused before anything was dialled.
+func (hc *hostCounters) countConnectFail(err error) {
+	var ce *connectError
+	if errors.As(err, &ce) && !ce.overflow {
+		hc.cxConnectFail.Add(1)
+	}
+}
+
 // reportCode gives an upstream response's code on h to c's outlier
 // detector, if it has one. A failure (5xx) goes to the main loop at once; a
 // success is only counted here, and the main loop takes the worker's count

@@ -6,6 +6,7 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 
 	"github.com/meshlet-dev/meshlet/lb"
 )
@@ -24,8 +25,9 @@ func DefaultRetryPolicy() lb.RetryPolicy {
 
 // TranslateRetryPolicy translates an Envoy v3 route RetryPolicy: retry_on,
 // num_retries (default 1), per_try_timeout, retriable_status_codes,
-// retry_back_off and the previous_hosts retry host predicate with
-// host_selection_retry_max_attempts. A nil policy gives
+// retry_back_off, the previous_hosts retry host predicate with
+// host_selection_retry_max_attempts and the previous_priorities retry
+// priority. A nil policy gives
 // DefaultRetryPolicy. The result has lb.RetryPolicy.WithDefaults applied;
 // num_retries 0 also clears RetryOn, so that no retry happens even if a
 // caller applies WithDefaults again (which reads NumRetries 0 as unset).
@@ -50,7 +52,7 @@ func translateRetryPolicy(p path, rp *routev3.RetryPolicy) (lb.RetryPolicy, erro
 	}
 	var out lb.RetryPolicy
 	if err := rejectUnsupported(p, rp, "retry_on", "num_retries", "per_try_timeout", "retriable_status_codes",
-		"retry_back_off", "retry_host_predicate", "host_selection_retry_max_attempts"); err != nil {
+		"retry_back_off", "retry_host_predicate", "host_selection_retry_max_attempts", "retry_priority"); err != nil {
 		return out, err
 	}
 	var err error
@@ -84,6 +86,9 @@ func translateRetryPolicy(p path, rp *routev3.RetryPolicy) (lb.RetryPolicy, erro
 		}
 	}
 	if err := translateHostPredicates(p, rp, &out); err != nil {
+		return out, err
+	}
+	if out.RetryPriorityUpdateFrequency, err = translateRetryPriority(p.field("retry_priority"), rp.GetRetryPriority()); err != nil {
 		return out, err
 	}
 	out = out.WithDefaults()
@@ -128,6 +133,38 @@ func translateHostPredicates(p path, rp *routev3.RetryPolicy, out *lb.RetryPolic
 	}
 	out.HostSelectionRetryMaxAttempts = uint32(n)
 	return nil
+}
+
+// translateRetryPriority reads retry_priority, which must be
+// previous_priorities given as typed_config with update_frequency > 0, and
+// returns the update frequency (0: no retry_priority). The bare form {name:
+// envoy.retry_priorities.previous_priorities} is refused as Envoy refuses
+// it: the plugin then gets an empty config, whose update_frequency 0 fails
+// validation.
+func translateRetryPriority(p path, rp *routev3.RetryPolicy_RetryPriority) (uint32, error) {
+	if rp == nil {
+		return 0, nil
+	}
+	if err := rejectUnsupported(p, rp, "name", "typed_config"); err != nil {
+		return 0, err
+	}
+	var cfg previousprioritiesv3.PreviousPrioritiesConfig
+	want := "type.googleapis.com/" + string(cfg.ProtoReflect().Descriptor().FullName())
+	tc := rp.GetTypedConfig()
+	if tc == nil {
+		if rp.GetName() != lb.PreviousPrioritiesName {
+			return 0, p.field("name").errorf("%q not supported (want %s)", rp.GetName(), lb.PreviousPrioritiesName)
+		}
+		return 0, p.field("typed_config").errorf("required: %s needs update_frequency > 0 (typed_config {\"@type\": %s, update_frequency: N})",
+			lb.PreviousPrioritiesName, want)
+	}
+	if err := tc.UnmarshalTo(&cfg); err != nil {
+		return 0, p.field("typed_config").field("@type").errorf("%s not supported (want %s)", tc.GetTypeUrl(), want)
+	}
+	if cfg.GetUpdateFrequency() <= 0 {
+		return 0, p.field("typed_config").field("update_frequency").errorf("%d must be > 0", cfg.GetUpdateFrequency())
+	}
+	return uint32(cfg.GetUpdateFrequency()), nil
 }
 
 // unprefixed strips lb's "lb: retry_on: " style prefix from err so the

@@ -35,6 +35,18 @@ host_selection_retry_max_attempts: 5
 			BaseInterval: 50 * time.Millisecond, MaxInterval: 500 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
 		{"previous_hosts by name", "retry_on: reset\nretry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts}]\n", lb.RetryPolicy{RetryOn: lb.RetryReset, NumRetries: 1,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
+		{"previous_priorities", `retry_on: 5xx
+num_retries: 3
+retry_priority:
+  name: envoy.retry_priorities.previous_priorities
+  typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: 2}
+`, lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 3, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
+			HostSelectionRetryMaxAttempts: 1, RetryPriorityUpdateFrequency: 2}},
+		// Next to typed_config the name is informational: Envoy finds the
+		// plugin by the config's type.
+		{"previous_priorities under another name", "retry_priority: {name: spread, typed_config: {\"@type\": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: 1}}\n",
+			lb.RetryPolicy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
+				HostSelectionRetryMaxAttempts: 1, RetryPriorityUpdateFrequency: 1}},
 		{"num_retries 0 retries nothing", "retry_on: 5xx\nnum_retries: 0\n", lb.RetryPolicy{NumRetries: 0,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
 	}
@@ -69,7 +81,21 @@ func TestTranslateRetryPolicyErrors(t *testing.T) {
 			[]string{"retry_host_predicate[0].typed_config.@type"}},
 		{"attempts without predicate", "host_selection_retry_max_attempts: 3\n", []string{"host_selection_retry_max_attempts: needs retry_host_predicate"}},
 		{"negative attempts", "retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts}]\nhost_selection_retry_max_attempts: -1\n", []string{"host_selection_retry_max_attempts: -1 out of range"}},
-		{"retry_priority", "retry_priority: {name: envoy.retry_priorities.previous_priorities}\n", []string{"retry_policy: retry_priority: not supported"}},
+		// Envoy gives the bare form an empty config, whose update_frequency
+		// 0 fails validation.
+		{"previous_priorities by name only", "retry_priority: {name: envoy.retry_priorities.previous_priorities}\n",
+			[]string{"retry_policy: retry_priority.typed_config: required: envoy.retry_priorities.previous_priorities needs update_frequency > 0",
+				"envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig"}},
+		{"other retry priority", "retry_priority: {name: envoy.retry_priorities.omit_canary}\n",
+			[]string{`retry_policy: retry_priority.name: "envoy.retry_priorities.omit_canary" not supported (want envoy.retry_priorities.previous_priorities)`}},
+		{"other retry priority type", "retry_priority: {name: x, typed_config: {\"@type\": type.googleapis.com/envoy.config.core.v3.Http1ProtocolOptions}}\n",
+			[]string{"retry_policy: retry_priority.typed_config.@type: type.googleapis.com/envoy.config.core.v3.Http1ProtocolOptions not supported"}},
+		{"update_frequency 0", "retry_priority: {name: envoy.retry_priorities.previous_priorities, typed_config: {\"@type\": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig}}\n",
+			[]string{"retry_policy: retry_priority.typed_config.update_frequency: 0 must be > 0"}},
+		{"retry_priority without name", "retry_priority: {typed_config: {\"@type\": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: 1}}\n",
+			[]string{"retry_policy: retry_priority.name: value length must be at least 1"}},
+		{"negative update_frequency", "retry_priority: {name: envoy.retry_priorities.previous_priorities, typed_config: {\"@type\": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: -3}}\n",
+			[]string{"retry_policy: retry_priority.typed_config.update_frequency: -3 must be > 0"}},
 		{"retriable_headers", "retriable_headers: [{name: x-retry}]\n", []string{"retriable_headers: not supported"}},
 		{"rate_limited_retry_back_off", "rate_limited_retry_back_off: {reset_headers: [{name: Retry-After}]}\n", []string{"rate_limited_retry_back_off: not supported"}},
 		{"negative per_try_timeout", "per_try_timeout: -1s\n", []string{"per_try_timeout: -1s must be >= 0"}},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,9 +107,11 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	defer func() { stopCP() }()
 	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()
+	var streamsEnded atomic.Int64 // the client's lost streams and failed reconnections
 	client, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn,
 		Node:           &corev3.Node{Id: "sidecar-1", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}},
-		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
+		Logger: slog.New(countRecords{slog.Default().Handler(), "ads stream ended; reconnecting", &streamsEnded})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,18 +153,51 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	// A control-plane restart: while it is down the sidecar keeps its last
 	// configuration (a change made meanwhile is not seen); the new
 	// instance resyncs from the API server and the sidecar gets the change.
+	ended := streamsEnded.Load()
 	stopCP()
 	setReady("web-c", "10.244.3.10", true)
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		m := endpointsOf(client.Clusters(), name)
-		if len(m) != 2 || strings.HasSuffix(m["10.244.3.10:8080"], "/healthy") {
-			t.Fatalf("with the control plane down the sidecar's endpoints changed to %v", m)
+	// The lost stream, then failed reconnections: the sidecar has been
+	// without its control plane a while, and keeps what it had.
+	for deadline := time.Now().Add(30 * time.Second); streamsEnded.Load() < ended+4; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar logged %d lost streams or failed reconnections, want 4", streamsEnded.Load()-ended)
 		}
+	}
+	if m := endpointsOf(client.Clusters(), name); len(m) != 2 || strings.HasSuffix(m["10.244.3.10:8080"], "/healthy") {
+		t.Fatalf("with the control plane down the sidecar's endpoints changed to %v", m)
 	}
 	_, stopCP = startControlPlane(addr)
 	wait("resynced after the control-plane restart", func(m map[string]string) bool {
 		return len(m) == 2 && m["10.244.3.10:8080"] == "zone-c/healthy"
 	})
+}
+
+// countRecords counts the log records whose message is msg, then hands
+// every record to next.
+type countRecords struct {
+	next slog.Handler
+	msg  string
+	n    *atomic.Int64
+}
+
+func (h countRecords) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h countRecords) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h countRecords) WithAttrs(as []slog.Attr) slog.Handler {
+	return countRecords{h.next.WithAttrs(as), h.msg, h.n}
+}
+
+func (h countRecords) WithGroup(g string) slog.Handler {
+	return countRecords{h.next.WithGroup(g), h.msg, h.n}
 }
 
 // endpointsOf maps a cluster's endpoints to "zone/health".

@@ -53,6 +53,11 @@ type PickContext struct {
 	// with host_selection_retry_max_attempts), then accepted anyway.
 	Previous         []HostID
 	SelectionRetries uint32
+	// RetryPriority, when set, replaces the snapshot's priority load for
+	// round robin, least request and random (Envoy's determinePriorityLoad);
+	// ring hash and Maglev keep theirs, as Envoy's thread-aware balancers
+	// never consult the plugin.
+	RetryPriority *PreviousPriorities
 }
 
 func (c *PickContext) rejects(h *Host) bool {
@@ -165,7 +170,11 @@ func (p *Picker) pickOnce(s *Snapshot, ctx *PickContext, attempt int) *Host {
 		return p.pickHashing(s, ctx, attempt)
 	}
 	r := p.rnd.Uint64()
-	prio, class := ChoosePriority(r, s.load.HealthyLoad, s.load.DegradedLoad)
+	healthy, degraded := s.load.HealthyLoad, s.load.DegradedLoad
+	if ctx.RetryPriority != nil {
+		healthy, degraded = ctx.RetryPriority.PriorityLoad(&s.load)
+	}
+	prio, class := ChoosePriority(r, healthy, degraded)
 	src := p.hostSource(s, prio, class)
 	if src == nil || len(src.hosts) == 0 {
 		return nil

@@ -173,6 +173,10 @@ type RetryPolicy struct {
 	// HostSelectionRetryMaxAttempts is the number of extra host picks the
 	// previous_hosts predicate may ask for (section 9.2).
 	HostSelectionRetryMaxAttempts uint32
+	// RetryPriorityUpdateFrequency, when > 0, enables the
+	// previous_priorities retry priority with that update_frequency
+	// (section 9.2); 0 means no retry_priority.
+	RetryPriorityUpdateFrequency uint32
 }
 
 // WithDefaults returns p with Envoy's defaults in its unset fields:
@@ -599,6 +603,9 @@ type RetryState struct {
 	started   bool       // some attempt sent request bytes
 	holding   bool       // the last decision granted a retry
 	stats     RetryStats // counters of the last decision
+	// priorities is the policy's retry priority plugin, disabled when the
+	// policy configures none.
+	priorities PreviousPriorities
 }
 
 // Init prepares s for a new request under p (which must stay unchanged
@@ -610,6 +617,7 @@ func (s *RetryState) Init(p *RetryPolicy, rnd Random) {
 		return
 	}
 	s.remaining = p.NumRetries
+	s.priorities.Init(p.RetryPriorityUpdateFrequency)
 	base := p.BaseInterval
 	if base <= 0 {
 		base = DefaultRetryBaseInterval
@@ -697,6 +705,23 @@ func (s *RetryState) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Dur
 		s.stats |= StatRetryBackoffExponential
 		return RetryYes, s.backoff.Next()
 	}
+}
+
+// OnHostAttempted records the host an attempt went to (every attempt, the
+// first included), for the retry priority plugin.
+func (s *RetryState) OnHostAttempted(h *Host) {
+	if h != nil {
+		s.priorities.OnHostAttempted(h.Priority)
+	}
+}
+
+// RetryPriority returns the request's retry priority plugin, to pass as
+// PickContext.RetryPriority, or nil when the policy configures none.
+func (s *RetryState) RetryPriority() *PreviousPriorities {
+	if !s.priorities.Enabled() {
+		return nil
+	}
+	return &s.priorities
 }
 
 // RetriesRemaining returns how many more retries the request may make.

@@ -361,12 +361,16 @@ func (s *Snapshot) buildPriority(p int, in BuildInput) error {
 	hs := &s.sets[p]
 	ps := &s.prios[p]
 	cfg := &s.cfg
-	if s.load.HealthyLoad[p] == 0 && s.load.DegradedLoad[p] == 0 {
+	hashing := cfg.Policy == PolicyRingHash || cfg.Policy == PolicyMaglev
+	if s.load.HealthyLoad[p] == 0 && s.load.DegradedLoad[p] == 0 &&
+		(hashing || (s.load.Health[p] == 0 && s.load.DegradedAvailability[p] == 0)) {
 		// No pick can choose this priority: skip its structures (a Maglev
-		// table is 65537 entries) until a rebuild gives it load.
+		// table is 65537 entries) until a rebuild gives it load. A retry
+		// priority (PickContext.RetryPriority) may send other policies'
+		// retries to any level with availability, so those keep theirs.
 		return nil
 	}
-	if cfg.Policy == PolicyRingHash || cfg.Policy == PolicyMaglev {
+	if hashing {
 		return s.buildHashing(p)
 	}
 	ps.byClass[AvailHealthy] = s.source(hs.Healthy, in)

@@ -130,16 +130,19 @@ func runMaglevVector(t *testing.T, v vector) {
 		TableSize uint64    `json:"table_size"`
 	}
 	var exp struct {
-		TableHostIndices  []int      `json:"table_host_indices"`
-		Offsets           []uint64   `json:"xxhash64_seed0_offsets"`
-		Skips             []uint64   `json:"xxhash64_seed1_skips"`
-		MinEntriesPerHost *int       `json:"min_entries_per_host"`
-		MaxEntriesPerHost *int       `json:"max_entries_per_host"`
-		Picks             []hashPick `json:"picks"`
+		TableHostIndices  []int    `json:"table_host_indices"`
+		Offsets           []uint64 `json:"xxhash64_seed0_offsets"`
+		Skips             []uint64 `json:"xxhash64_seed1_skips"`
+		MinEntriesPerHost *int     `json:"min_entries_per_host"`
+		MaxEntriesPerHost *int     `json:"max_entries_per_host"`
+		// EntriesPerHost counts each input key's table entries; it states
+		// the fill at sizes (the default 65537) too large to list.
+		EntriesPerHost []int      `json:"entries_per_host"`
+		Picks          []hashPick `json:"picks"`
 	}
 	requireKnownFields(t, v, "input", v.Input, "hash_keys", "weights", "table_size")
 	requireKnownFields(t, v, "expected", v.Expected, "table_host_indices", "xxhash64_seed0_offsets",
-		"xxhash64_seed1_skips", "min_entries_per_host", "max_entries_per_host", "picks")
+		"xxhash64_seed1_skips", "min_entries_per_host", "max_entries_per_host", "entries_per_host", "picks")
 	decodeVector(t, v, &in, &exp)
 
 	m, err := BuildMaglev(in.HashKeys, vectorWeights(in.HashKeys, in.Weights), in.TableSize)
@@ -179,6 +182,18 @@ func runMaglevVector(t *testing.T, v vector) {
 		}
 	} else if exp.Offsets != nil || exp.Skips != nil {
 		t.Errorf("vector %s: offsets/skips expected but the table is empty", v.ID)
+	}
+	if exp.EntriesPerHost != nil {
+		if len(exp.EntriesPerHost) != len(in.HashKeys) {
+			t.Fatalf("vector %s: entries_per_host: %d values for %d keys", v.ID, len(exp.EntriesPerHost), len(in.HashKeys))
+		}
+		got := make([]int, len(in.HashKeys))
+		for i := range m.TableSize() {
+			got[m.HostAt(i)]++
+		}
+		if !slices.Equal(got, exp.EntriesPerHost) {
+			t.Errorf("vector %s: entries_per_host (table size %d): got %v, want %v", v.ID, size, got, exp.EntriesPerHost)
+		}
 	}
 	checkInt(t, v.ID, "min_entries_per_host", m.MinEntriesPerHost(), exp.MinEntriesPerHost)
 	checkInt(t, v.ID, "max_entries_per_host", m.MaxEntriesPerHost(), exp.MaxEntriesPerHost)

@@ -572,6 +572,8 @@ func runOutlierConsecutive(t *testing.T, v vector) {
 		Results []struct {
 			Detected []string `json:"detected"`
 			Ejected  *bool    `json:"ejected"`
+			// Note is prose for the reader, not an expectation.
+			Note string `json:"note"`
 		} `json:"results"`
 	}
 	decodeVector(t, v, &in, &exp)

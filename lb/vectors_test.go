@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ type vector struct {
 type vectorFile struct {
 	Schema      string   `json:"schema"`
 	VectorCount int      `json:"vector_count"`
+	Note        string   `json:"note"`
 	Vectors     []vector `json:"vectors"`
 }
 
@@ -33,19 +35,26 @@ type vectorFile struct {
 var vectorRunners = map[string]func(t *testing.T, v vector){}
 
 // decodeVector unmarshals the input and expected parts of v, failing the test
-// with the vector id when they do not match the shapes the runner expects.
+// with the vector id when they do not match the shapes the runner expects. A
+// field the runner's struct does not declare, at any depth, is an error: an
+// input it would ignore or an expectation it would skip must not pass.
 func decodeVector(t *testing.T, v vector, in, exp any) {
 	t.Helper()
-	if in != nil {
-		if err := json.Unmarshal(v.Input, in); err != nil {
-			t.Fatalf("vector %s: decode input: %v", v.ID, err)
+	strict := func(part string, raw json.RawMessage, dst any) {
+		if dst == nil {
+			return
+		}
+		if len(raw) == 0 {
+			raw = json.RawMessage("{}")
+		}
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.DisallowUnknownFields()
+		if err := d.Decode(dst); err != nil {
+			t.Fatalf("vector %s: decode %s: %v", v.ID, part, err)
 		}
 	}
-	if exp != nil {
-		if err := json.Unmarshal(v.Expected, exp); err != nil {
-			t.Fatalf("vector %s: decode expected: %v", v.ID, err)
-		}
-	}
+	strict("input", v.Input, in)
+	strict("expected", v.Expected, exp)
 }
 
 // TestEnvoyVectors runs every conformance vector of lb/testdata (or of the
@@ -65,9 +74,12 @@ func TestEnvoyVectors(t *testing.T) {
 }
 
 // TestMeshletVectors runs meshlet's own vectors, in the same schema, for
-// cases the public file does not cover (buckets with no healthy host).
+// cases the public file does not cover: buckets with no healthy host, and
+// every schema field the public vectors leave unused.
 func TestMeshletVectors(t *testing.T) {
-	runVectorFile(t, "testdata/meshlet-extra-vectors.json")
+	for _, f := range []string{"meshlet-extra-vectors.json", "meshlet-schema-vectors.json"} {
+		t.Run(f, func(t *testing.T) { runVectorFile(t, filepath.Join("testdata", f)) })
+	}
 }
 
 func runVectorFile(t *testing.T, path string) {
@@ -76,7 +88,9 @@ func runVectorFile(t *testing.T, path string) {
 		t.Fatalf("read vectors %q: %v", path, err)
 	}
 	var f vectorFile
-	if err := json.Unmarshal(raw, &f); err != nil {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields() // a misspelt field (say "expect") would be ignored
+	if err := d.Decode(&f); err != nil {
 		t.Fatalf("parse vectors %q: %v", path, err)
 	}
 	if f.Schema != "envoy-lb-vectors/1" {
@@ -90,7 +104,15 @@ func runVectorFile(t *testing.T, path string) {
 	}
 	var passed, failed atomic.Int64
 	failedByKind := map[string][]string{}
+	ids := map[string]bool{}
 	for _, v := range f.Vectors {
+		switch {
+		case v.ID == "" || ids[v.ID]:
+			t.Errorf("vectors %q: id %q is empty or not unique", path, v.ID)
+		case v.Kind != "asserted" && v.Kind != "derived":
+			t.Errorf("vectors %q: vector %s: kind %q, want asserted or derived", path, v.ID, v.Kind)
+		}
+		ids[v.ID] = true
 		ok := t.Run(v.ID, func(t *testing.T) {
 			run, found := vectorRunners[v.Category]
 			if !found {

@@ -130,14 +130,21 @@ func TestWallClockJumpRenews(t *testing.T) {
 	ca := newTestCA(t)
 	cp := startControlPlane(t, ca, time.Hour, "127.0.0.1:0")
 	store := mtls.NewStore()
-	var skew atomic.Int64
+	var skew, reads atomic.Int64
 	c := newClient(t, sds.ClientConfig{Target: cp.addr, TLS: clientTLS(ca), Token: staticToken("web-token"), ID: webID, Store: store,
-		CheckInterval: 100 * time.Millisecond, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		CheckInterval: 100 * time.Millisecond, Now: func() time.Time {
+			reads.Add(1)
+			return time.Now().Add(time.Duration(skew.Load()))
+		}})
 	runClient(t, c)
 	first := waitReady(t, store).Certificate.Leaf
-	time.Sleep(300 * time.Millisecond) // a few checks: nothing is due
-	if !store.Current().Certificate.Leaf.Equal(first) {
-		t.Fatal("renewed before anything was due")
+	// A few checks, each a read of the clock: nothing is due. A check
+	// that found it due would end the stream, and the renewal would open
+	// another before reading the clock again.
+	streams, before := c.Streams(), reads.Load()
+	eventually(t, "a few wall-clock checks", func() bool { return reads.Load() >= before+3 })
+	if c.Streams() != streams || !store.Current().Certificate.Leaf.Equal(first) {
+		t.Fatalf("renewed before anything was due (streams %d -> %d)", streams, c.Streams())
 	}
 	skew.Store(int64(40 * time.Minute))
 	eventually(t, "renewal after the clock jump", func() bool { return !store.Current().Certificate.Leaf.Equal(first) })

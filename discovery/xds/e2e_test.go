@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,6 +100,37 @@ type sidecar struct {
 	mu      sync.Mutex
 	updates int // OnClusters calls
 	stop    func()
+	// streamsEnded counts the client's "stream ended; reconnecting" log
+	// records: one per stream lost and per failed reconnection attempt.
+	streamsEnded atomic.Int64
+}
+
+// countingHandler counts the records whose message is msg, then hands
+// every record to next.
+type countingHandler struct {
+	next slog.Handler
+	msg  string
+	n    *atomic.Int64
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.next.WithAttrs(as), h.msg, h.n}
+}
+
+func (h countingHandler) WithGroup(g string) slog.Handler {
+	return countingHandler{h.next.WithGroup(g), h.msg, h.n}
 }
 
 func startSidecar(t *testing.T, addr, nodeID string, delta bool, locality *corev3.Locality, dial ...grpc.DialOption) *sidecar {
@@ -119,7 +151,7 @@ func startSidecar(t *testing.T, addr, nodeID string, delta bool, locality *corev
 		},
 		InitialBackoff: 50 * time.Millisecond,
 		MaxBackoff:     500 * time.Millisecond,
-		Logger:         quiet,
+		Logger:         slog.New(countingHandler{quiet.Handler(), "ads stream ended; reconnecting", &s.streamsEnded}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -353,10 +385,18 @@ func TestDebounce(t *testing.T) {
 		a.waitClusters(t, "53 echo endpoints", func(cs map[string]config.Cluster) bool {
 			return len(cs[echoCluster].Endpoints) == 53
 		})
-		// Give a late push the chance to show.
-		time.Sleep(3 * DefaultDebounce)
-		got := a.updateCount() - updates
+		// A late push of the burst would reach the sidecar before a later
+		// change: count up to that marker's delivery, less the marker's
+		// own rebuild, snapshot and delivery.
+		marked := cp.srv.Stats().Changes
+		cp.srv.UpsertEndpointSlice(slice("default", "echo-3", "echo", v4, []string{"http:8080"}, ep{addr: "10.0.5.1", node: "n-b"}))
+		eq(t, cp.srv.Stats().Changes, marked+1)
+		a.waitClusters(t, "the marker endpoint", func(cs map[string]config.Cluster) bool {
+			return len(cs[echoCluster].Endpoints) == 54
+		})
+		got := a.updateCount() - updates - 1
 		st2 := cp.srv.Stats()
+		st2.Rebuilds, st2.Snapshots = st2.Rebuilds-1, st2.Snapshots-1
 		t.Logf("50 changes: %d rebuilds, %d snapshots, %d deliveries", st2.Rebuilds-st.Rebuilds, st2.Snapshots-st.Snapshots, got)
 		if got < 1 || got > 10 {
 			t.Fatalf("%d deliveries for a burst of 50 changes, want a few", got)
@@ -377,9 +417,11 @@ func TestServerRestart(t *testing.T) {
 		a.waitReady(t)
 		before, updates := a.c.Clusters(), a.updateCount()
 
+		ended := a.streamsEnded.Load()
 		cp.stop()
 		waitFor(t, "the sidecar to notice", func() bool { return !a.c.Stats().Connected })
-		time.Sleep(300 * time.Millisecond) // a few reconnection attempts
+		// The stream's end, then two failed reconnection attempts.
+		waitFor(t, "reconnection attempts", func() bool { return a.streamsEnded.Load() >= ended+3 })
 		eq(t, a.c.Clusters(), before)
 		eq(t, a.updateCount(), updates)
 
@@ -457,8 +499,18 @@ func TestNotSynced(t *testing.T) {
 	t.Cleanup(func() { g.Stop(); cancel(); <-ran })
 
 	a := startSidecar(t, lis.Addr().String(), "web-a.default", false, nil)
-	waitFor(t, "the stream", func() bool { return srv.Stats().Streams == 1 })
-	time.Sleep(3 * DefaultDebounce)
+	// The sidecar's first request was handled (its stream counted on its
+	// proxy), and so was the debounce period of the model's changes:
+	// neither published a snapshot.
+	waitFor(t, "the sidecar's request", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		p := srv.proxies["web-a.default"]
+		return p != nil && p.streams == 1
+	})
+	waitFor(t, "the debounced changes", func() bool { return srv.Stats().Debounced >= 1 })
+	eq(t, srv.Stats().Snapshots, 0)
+	eq(t, srv.Stats().Rebuilds, 0)
 	select {
 	case <-a.c.Ready():
 		t.Fatal("ready before the control plane synced")
@@ -498,13 +550,16 @@ func TestNodeRelabel(t *testing.T) {
 		return endpointsOf(cs[echoCluster])["10.0.1.3:8080"].Locality.Zone == "a"
 	})
 	eq(t, endpointsOf(cs[echoCluster])["10.0.1.3:8080"].Priority, uint32(0))
-	// Unchanged labels (a Node status update) rebuild nothing.
-	rebuilds := cp.srv.Stats().Rebuilds
+	// Unchanged labels (a Node status update) schedule no rebuild: the
+	// upsert, done when it returns, counts no change.
+	changes := cp.srv.Stats().Changes
 	n := node("n-c", "r1", "a", "")
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	cp.srv.UpsertNode(n)
-	time.Sleep(3 * DefaultDebounce)
-	eq(t, cp.srv.Stats().Rebuilds, rebuilds)
+	eq(t, cp.srv.Stats().Changes, changes)
+	// A label change does.
+	cp.srv.UpsertNode(node("n-c", "r1", "b", ""))
+	eq(t, cp.srv.Stats().Changes, changes+1)
 }
 
 // TestLocalityFromPodNode: a sidecar whose node id names a pod gets the

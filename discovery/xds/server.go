@@ -77,6 +77,11 @@ type Stats struct {
 	// ServiceErrors is the number of Services left out because they do
 	// not translate (see ServiceError).
 	ServiceErrors int
+	// Changes counts the model changes that scheduled a rebuild, and
+	// Debounced the debounce periods that ended: each in a rebuild or,
+	// before SetSynced, in nothing. Together they tell what a change did
+	// or did not cause.
+	Changes, Debounced int
 }
 
 // Server is the ADS server of the control plane. It holds the Kubernetes
@@ -220,6 +225,9 @@ func (s *Server) SetSynced() {
 
 // changed schedules a rebuild.
 func (s *Server) changed() {
+	s.mu.Lock()
+	s.stats.Changes++
+	s.mu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -434,6 +442,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) rebuild() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stats.Debounced++ // seen with the pass's outcome: both under mu
 	if !s.syncing {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +125,7 @@ clusters:
 	os.WriteFile(path, []byte(cfg("15s")), 0o644)
 	done := make(chan error, 1)
 	var out bytes.Buffer
+	logs := captureStderr(t) // before run makes its logger from os.Stderr
 	go func() { done <- run([]string{"-config", path, "-watch", "50ms", "-log-level", "error"}, &out) }()
 	routeTimeout := func() string {
 		resp, err := http.Get("http://" + admin + "/config_dump")
@@ -164,7 +166,9 @@ clusters:
 	os.WriteFile(path, []byte(cfg("3s")), 0o644)
 	waitUntil("the file change to reload", func() bool { return routeTimeout() == "3s" })
 	os.WriteFile(path, []byte(cfg("3s")+"bogus: 1\n"), 0o644)
-	time.Sleep(300 * time.Millisecond)
+	waitUntil("the invalid change to be refused", func() bool {
+		return strings.Contains(logs(), "config reload refused; keeping the running config") && strings.Contains(logs(), "bogus")
+	})
 	if got := routeTimeout(); got != "3s" {
 		t.Errorf("after an invalid change the route timeout is %q, want the running 3s", got)
 	}
@@ -179,6 +183,47 @@ clusters:
 	}
 	if _, err := net.DialTimeout("tcp", listen, 200*time.Millisecond); err == nil {
 		t.Error("listener still open after SIGTERM")
+	}
+}
+
+// captureStderr points os.Stderr at a pipe until the test ends (still
+// copying to the real one) and returns what was written to it so far: the
+// way to wait for a log line of code whose logger writes to os.Stderr.
+func captureStderr(t *testing.T) func() string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := os.Stderr
+	os.Stderr = w
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		b := make([]byte, 4096)
+		for {
+			n, err := r.Read(b)
+			mu.Lock()
+			buf.Write(b[:n])
+			mu.Unlock()
+			orig.Write(b[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		os.Stderr = orig
+		w.Close()
+		<-copied
+		r.Close()
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
 	}
 }
 

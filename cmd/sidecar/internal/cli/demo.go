@@ -51,16 +51,33 @@ func demo(phase time.Duration, rate int, out io.Writer) error {
 	if tcp := cfg.ClusterByName("echo-tcp"); tcp != nil {
 		tcp.HealthChecks = nil // the demo runs no TCP upstreams
 	}
+	// Every port is the kernel's choice (the example's IPs are kept), so
+	// two demos, or a demo and a sidecar, on one host never collide; the
+	// addresses are printed. Only the HTTP listener is needed.
+	cfg.Admin, cfg.Prometheus, cfg.Health = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Listeners = cfg.Listeners[:1]
+	if cfg.Listeners[0].Address, err = anyPort(cfg.Listeners[0].Address); err != nil {
+		return fmt.Errorf("demo: listener: %w", err)
+	}
+	// ups is keyed by the example's address (the phases name them); each
+	// upstream listens on its IP at a port of the kernel's choice, which
+	// the cluster's endpoint then names.
 	ups := map[string]*demoUpstream{}
-	for _, ep := range echo.Endpoints {
-		u, err := startDemoUpstream(ep.Address, ep.Locality.Zone)
+	for i, ep := range echo.Endpoints {
+		addr, err := anyPort(ep.Address)
+		if err == nil {
+			var u *demoUpstream
+			if u, err = startDemoUpstream(addr, ep.Locality.Zone); err == nil {
+				ups[ep.Address] = u
+				echo.Endpoints[i].Address = u.addr
+			}
+		}
 		if err != nil {
 			for _, u := range ups {
 				u.stop()
 			}
-			return fmt.Errorf("demo: upstream %s: %w (is another demo or sidecar running?)", ep.Address, err)
+			return fmt.Errorf("demo: upstream %s: %w", ep.Address, err)
 		}
-		ups[ep.Address] = u
 	}
 	defer func() {
 		for _, u := range ups {
@@ -77,7 +94,7 @@ func demo(phase time.Duration, rate int, out io.Writer) error {
 		return err
 	}
 	defer srv.Shutdown()
-	target := "http://" + cfg.Listeners[0].Address + "/"
+	target := "http://" + srv.ListenerAddrs()[cfg.Listeners[0].Address] + "/"
 
 	var mu sync.Mutex
 	zones := map[string]int{}
@@ -140,7 +157,8 @@ func demo(phase time.Duration, rate int, out io.Writer) error {
 		{"killed 127.0.0.11 (zone a)", func() { ups["127.0.0.11:8080"].stop() }},
 		{"drained zone a (127.0.0.12 fails /healthz)", func() { ups["127.0.0.12:8080"].sick.Store(true) }},
 		{"restored 127.0.0.11 and 127.0.0.12", func() {
-			if u, err := startDemoUpstream("127.0.0.11:8080", "a"); err == nil {
+			// Back on the port the cluster names.
+			if u, err := startDemoUpstream(ups["127.0.0.11:8080"].addr, "a"); err == nil {
 				ups["127.0.0.11:8080"] = u
 			}
 			ups["127.0.0.12:8080"].sick.Store(false)
@@ -228,8 +246,18 @@ func demoLine(t time.Duration, phase string, total int, zones, flags map[string]
 	return fmt.Sprintf("%5.0fs %-42s %5d %7s %7s %7s  %-9s", t.Seconds(), phase, total, pct(zones["a"]), pct(zones["b"]), pct(zones["c"]), strings.Join(fails, ", "))
 }
 
+// anyPort returns addr's host with port 0.
+func anyPort(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, "0"), nil
+}
+
 // demoUpstream answers its zone name, and /healthz (503 when sick).
 type demoUpstream struct {
+	addr string // where it listens
 	srv  *http.Server
 	sick atomic.Bool
 	once sync.Once
@@ -240,7 +268,7 @@ func startDemoUpstream(addr, zone string) (*demoUpstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &demoUpstream{}
+	u := &demoUpstream{addr: l.Addr().String()}
 	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" && u.sick.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -146,7 +147,7 @@ clusters:
       endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.2, port_value: 7000}}}}]}]
 `, logPath)), 0o644)
 	done := make(chan error, 1)
-	var out bytes.Buffer
+	var out syncBuffer
 	go func() {
 		// -proxy-uid 0: run() shares this test process, which must stay
 		// root to start the app in its cgroup (the unprivileged switch is
@@ -158,24 +159,20 @@ clusters:
 		}
 		done <- run(args, &out)
 	}()
+	// run prints its "sidecar: N workers" line once it serves and the
+	// programs have its workers' sockets (registered after Start).
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://127.0.0.1:15000/ready")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
+	for !strings.Contains(out.String(), "sidecar: ") {
 		select {
 		case err := <-done:
 			t.Fatalf("sidecar exited: %v\n%s", err, out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("sidecar not up")
+			t.Fatalf("sidecar not up:\n%s", out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // workers registered after Start
 
 	// The app: this test binary again, started inside the app cgroup.
 	dir, err := os.Open(pod + "/app")
@@ -292,4 +289,22 @@ func grepMetric(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// syncBuffer is a bytes.Buffer one goroutine writes while another reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
