@@ -326,7 +326,12 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte) (resp *ht
 		ab.watch(pc.conn)
 		stop.abort = ab
 	} else {
-		stop.stop = context.AfterFunc(req.Context(), func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+		// The same abort, fired by the context: its release then
+		// guarantees no late cut (keepCancelled resets the deadline).
+		ab := new(upstreamAbort)
+		ab.watch(pc.conn)
+		stop.abort = ab
+		stop.stop = context.AfterFunc(req.Context(), ab.fire)
 	}
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
 		stop.release()
@@ -455,7 +460,7 @@ func (p *h1Pool) drainCancelled(pc *h1Conn, method string) {
 			pc.conn.Close()
 			return
 		}
-		p.finish(pc, exchangeWatch{stop: func() bool { return true }}, reusable && !resp.Close)
+		p.finish(pc, exchangeWatch{}, reusable && !resp.Close)
 		return
 	}
 }
@@ -677,19 +682,24 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 }
 
 // exchangeWatch is what cuts an exchange's connection when its request
-// ends early: the HTTP/1 server request's own upstream abort, or else a
-// context.AfterFunc on the request's context.
+// ends early: the HTTP/1 server request's own upstream abort, or else an
+// abort of its own fired by a context.AfterFunc on the request's context
+// (stop).
 type exchangeWatch struct {
 	abort *upstreamAbort
 	stop  func() bool
 }
 
-// release stops the watch; false means it cut the connection.
+// release stops the watch; false means it cut the connection. Once it
+// returns, nothing cuts the connection any more.
 func (e exchangeWatch) release() bool {
-	if e.abort != nil {
-		return e.abort.release()
+	if e.stop != nil {
+		e.stop()
 	}
-	return e.stop()
+	if e.abort == nil {
+		return true
+	}
+	return e.abort.release()
 }
 
 // finish returns pc to the pool if the exchange ended cleanly (keep),

@@ -1129,12 +1129,11 @@ type upstreamAbort struct {
 // has already ended.
 func (a *upstreamAbort) watch(conn net.Conn) {
 	a.mu.Lock()
-	fired := a.fired
 	a.conn = conn
-	a.mu.Unlock()
-	if fired {
+	if a.fired {
 		_ = conn.SetDeadline(aLongTimeAgo)
 	}
+	a.mu.Unlock()
 }
 
 // reset readies the abort for the writer's next request.
@@ -1158,11 +1157,12 @@ func (a *upstreamAbort) release() bool {
 func (a *upstreamAbort) fire() {
 	a.mu.Lock()
 	a.fired = true
-	conn := a.conn
-	a.mu.Unlock()
-	if conn != nil {
-		_ = conn.SetDeadline(aLongTimeAgo)
+	if a.conn != nil {
+		// Under mu: once release returns, no cut lands late on a
+		// connection given back its deadline (keepCancelled).
+		_ = a.conn.SetDeadline(aLongTimeAgo)
 	}
+	a.mu.Unlock()
 }
 
 func (rw *h1Writer) Header() http.Header {
