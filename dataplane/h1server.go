@@ -533,7 +533,10 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	}
 	rw.finish()
 	if timedOut, readsEnded := rw.timeouts(); readsEnded {
-		return false // its read deadline passed: a body may be half read
+		// Its read deadline passed: a body may be half read, and a
+		// close with unread bytes would reset the answer away.
+		c.lingerClose()
+		return false
 	} else if timedOut {
 		_ = c.sc.SetWriteDeadline(time.Time{}) // the response went out whole
 	}
