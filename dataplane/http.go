@@ -1006,10 +1006,7 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 // logHTTP writes the access-log line and the request metrics.
 func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *exchange, start time.Time) {
 	d := time.Since(start)
-	code := sw.code
-	if ex.flags&lb.FlagDC != 0 && code == 0 {
-		code = 0
-	}
+	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	e := lb.AccessLogEntry{
 		StartTime: start, Method: req.Method, Path: requestTarget(req), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,

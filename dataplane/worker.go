@@ -43,7 +43,6 @@ type worker struct {
 	// available).
 	pipes *pipePool
 
-	httpConns *chanListener
 	// inflight counts this worker's HTTP requests being served (Drain
 	// waits for them).
 	inflight atomic.Int64
@@ -65,26 +64,18 @@ func newWorker(s *Server, id int) *worker {
 	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
 	w.pipes = newPipePool(pipePoolSize)
-	w.httpConns = newChanListener()
+	// Never serves: the HTTP/2 server's base configuration (x/net reads
+	// its idle timeout and header limit) and what requests find under
+	// http.ServerContextKey.
 	w.httpSrv = &http.Server{
-		Handler:           http.HandlerFunc(w.serveHTTP),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       5 * time.Minute,
+		IdleTimeout: 5 * time.Minute,
 		// HTTP/2 reads it as the decoded header list's limit (HPACK:
 		// Envoy's max_request_headers_kb bounds the decoded list), past
 		// which x/net decodes no more strings of the block: a small
 		// block that expands to megabytes costs at most this.
 		MaxHeaderBytes: maxRequestHeaderBytes,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if sc, ok := c.(*sniffedConn); ok {
-				return context.WithValue(ctx, connInfoKey{}, sc.info)
-			}
-			return ctx
-		},
-		ErrorLog: nil,
 	}
 	w.h2 = &http2.Server{}
-	go func() { _ = w.httpSrv.Serve(w.httpConns) }()
 	return w
 }
 
@@ -362,42 +353,6 @@ type sniffedConn struct {
 func (c *sniffedConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c *sniffedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
-// chanListener feeds detected HTTP/1 connections to a worker's http.Server.
-type chanListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newChanListener() *chanListener {
-	return &chanListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *chanListener) push(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{} }
-
 // matchRoute finds the route for a destination and (for HTTP) host.
 // The host is normalised (port dropped, lower case) only for a route that
 // matches on hosts.
@@ -661,6 +616,4 @@ func (w *worker) drain() {
 func (w *worker) close() {
 	w.pipes.close()
 	w.drainH1(true)
-	w.httpConns.Close()
-	_ = w.httpSrv.Close()
 }
