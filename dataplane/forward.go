@@ -46,7 +46,7 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	h := req.Header
 	// A head the fast readers took without a hop-by-hop header has
 	// nothing to remove (nor an Upgrade or a TE).
-	hw, _ := ex.sw.ResponseWriter.(*h1Writer)
+	hw := ex.h1
 	var upType string
 	if hw == nil || !hw.in.hopFree {
 		upType = upgradeType(h)

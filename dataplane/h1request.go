@@ -469,7 +469,7 @@ func quoteInput(b []byte) string {
 // maxHeadersFor is a listener's header-line limit (Envoy's
 // common_http_protocol_options.max_headers_count).
 func maxHeadersFor(ls *listenerState) int {
-	if ls != nil && ls.cfg.MaxHeadersCount > 0 {
+	if ls != nil {
 		return int(ls.cfg.MaxHeadersCount)
 	}
 	return config.DefaultMaxHeadersCount

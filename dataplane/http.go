@@ -50,6 +50,9 @@ type exchange struct {
 	tried   []lb.HostID
 	grpc    bool
 	sw      *statusWriter // the downstream response
+	// h1 is the HTTP/1 server's writer of the request (nil for HTTP/2):
+	// its connection's stores and body state.
+	h1 *h1Writer
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
@@ -174,7 +177,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = exchange{w: w, sw: sw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
+	*ex = exchange{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
 	if hget(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
@@ -381,8 +384,8 @@ func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 // its framing (h1Writer.bodyErr): then an attempt that failed failed for
 // that, and the exchange is flagged DPE with Envoy's http1.codec_error.
 func (ex *exchange) downstreamBodyBroken() bool {
-	hw, ok := ex.sw.ResponseWriter.(*h1Writer)
-	if !ok {
+	hw := ex.h1
+	if hw == nil {
 		return false
 	}
 	be := hw.bodyErr.Load()
@@ -865,11 +868,7 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 		return nil, &connectError{addr: addr, overflow: true}
 	}
 	st.inc(cUpstreamCxTotal)
-	timeout := c.cfg.ConnectTimeout
-	if timeout <= 0 {
-		timeout = config.DefaultConnectTimeout
-	}
-	d := net.Dialer{Timeout: timeout}
+	d := net.Dialer{Timeout: c.cfg.ConnectTimeout}
 	d.SetMultipathTCP(false)
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -962,12 +961,7 @@ func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
 	})
 }
 
-func idleTimeout(c *cluster) time.Duration {
-	if c.cfg.IdleTimeout > 0 {
-		return c.cfg.IdleTimeout
-	}
-	return config.DefaultUpstreamIdleTimeout
-}
+func idleTimeout(c *cluster) time.Duration { return c.cfg.IdleTimeout }
 
 // lockedRandom draws from the worker's random source under its mutex, for
 // request goroutines (retry back-off jitter).

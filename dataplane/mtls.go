@@ -70,11 +70,7 @@ func policyOf(pa config.PeerAuthorization) mtls.Policy {
 func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info connInfo) {
 	br := bufio.NewReaderSize(socketIO(c), inboundBuffer)
 	pol := ls.policies.For(int(info.dst.Port()))
-	timeout := ls.cfg.DetectionTimeout
-	if timeout <= 0 {
-		timeout = config.DefaultDetectionTimeout
-	}
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	_ = c.SetReadDeadline(time.Now().Add(ls.cfg.DetectionTimeout))
 	var mesh bool
 	if pol.Mode == mtls.Strict {
 		// Whatever a ClientHello offers, only mutual TLS gets in: no need
@@ -208,11 +204,7 @@ func (w *worker) dialHost(ctx context.Context, c *cluster, h *lb.Host, alpn stri
 		conn.Close()
 		return nil, &connectError{addr: h.Address, err: err, tls: true}
 	}
-	timeout := c.cfg.ConnectTimeout
-	if timeout <= 0 {
-		timeout = config.DefaultConnectTimeout
-	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(hctx); err != nil {

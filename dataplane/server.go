@@ -127,7 +127,9 @@ type Server struct {
 // state is everything a worker reads per connection or request: immutable,
 // swapped whole on reload.
 type state struct {
-	cfg       *config.Config
+	// cfg is the configuration with its defaults resolved (WithDefaults);
+	// given is the one Start or Reload was given (Config).
+	cfg, given *config.Config
 	clusters  map[string]*cluster
 	listeners map[string]*listenerState // by address
 	// maxDownstream is the cap on open downstream connections
@@ -366,13 +368,15 @@ func (s *Server) Reload(cfg *config.Config) error {
 }
 
 // Config returns the running configuration.
-func (s *Server) Config() *config.Config { return s.state.Load().cfg }
+func (s *Server) Config() *config.Config { return s.state.Load().given }
 
 // buildState resolves cfg into run-time structures, reusing clusters of
 // old whose configuration did not change (they keep their health state,
 // pickers and connection pools).
 func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
-	st := &state{cfg: cfg, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{},
+	given := cfg
+	cfg = cfg.WithDefaults() // resolved once: the data plane reads settings as they are
+	st := &state{cfg: cfg, given: given, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{},
 		maxDownstream: maxDownstream(cfg.GlobalDownstreamMaxConnections)}
 	if old == nil || old.maxDownstream != st.maxDownstream {
 		s.logConnectionLimit(cfg, st.maxDownstream)

@@ -213,9 +213,6 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // reached by a client without a sidecar needs it, and what bounds a silent
 // client is then the TCP proxy's idle timeout (tcp_idle_timeout).
 func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) (kind protoKind, timedOut bool) {
-	if timeout <= 0 {
-		timeout = config.DefaultDetectionTimeout
-	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	defer c.SetReadDeadline(time.Time{})
 	for want := 1; ; {

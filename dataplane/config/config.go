@@ -337,6 +337,37 @@ func (c *Config) ClusterByName(name string) *Cluster {
 
 // Validate checks cross-references and values the translators cannot see
 // alone; errors name the field by its path in the config file.
+// WithDefaults returns a copy of c whose settings that a zero value
+// leaves to a default (a cluster's connect and idle timeouts, a
+// listener's detection timeout and header-line limit) hold the default,
+// so that the data plane reads every setting as it is. The timeouts for
+// which 0 means never (tcp_idle_timeout, stream_idle_timeout,
+// request_headers_timeout) stay as they are.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.Listeners = slices.Clone(c.Listeners)
+	for i := range out.Listeners {
+		l := &out.Listeners[i]
+		if l.DetectionTimeout <= 0 {
+			l.DetectionTimeout = DefaultDetectionTimeout
+		}
+		if l.MaxHeadersCount == 0 {
+			l.MaxHeadersCount = DefaultMaxHeadersCount
+		}
+	}
+	out.Clusters = slices.Clone(c.Clusters)
+	for i := range out.Clusters {
+		cl := &out.Clusters[i]
+		if cl.ConnectTimeout <= 0 {
+			cl.ConnectTimeout = DefaultConnectTimeout
+		}
+		if cl.IdleTimeout <= 0 {
+			cl.IdleTimeout = DefaultUpstreamIdleTimeout
+		}
+	}
+	return &out
+}
+
 func (c *Config) Validate() error {
 	names := map[string]bool{}
 	for i := range c.Clusters {
