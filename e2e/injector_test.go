@@ -42,6 +42,13 @@ func startInjector(t testing.TB, c *Cluster) (*injector.Server, context.CancelFu
 // so the tests prove that deploy/'s least-privilege RBAC is enough.
 func startInjectorWith(t testing.TB, c *Cluster, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
 	t.Helper()
+	return startInjectorWrapped(t, c, nil, edit)
+}
+
+// startInjectorWrapped is startInjectorWith whose client sends its
+// requests through wrap (nil: unwrapped), to observe them.
+func startInjectorWrapped(t testing.TB, c *Cluster, wrap func(http.RoundTripper) http.RoundTripper, edit func(*injector.Options)) (*injector.Server, context.CancelFunc) {
+	t.Helper()
 	exp := int64(3600)
 	tr, err := c.Client.CoreV1().ServiceAccounts("meshlet-system").CreateToken(context.Background(), "meshlet-injector",
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
@@ -50,6 +57,9 @@ func startInjectorWith(t testing.TB, c *Cluster, edit func(*injector.Options)) (
 	}
 	sa := rest.AnonymousClientConfig(c.Config)
 	sa.BearerToken = tr.Status.Token
+	if wrap != nil {
+		sa.Wrap(wrap)
+	}
 	client, err := kubernetes.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +67,6 @@ func startInjectorWith(t testing.TB, c *Cluster, edit func(*injector.Options)) (
 	opts := injector.DefaultOptions()
 	opts.Hosts = []string{"127.0.0.1", "localhost"}
 	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	opts.SyncInterval = 300 * time.Millisecond
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	edit(&opts)
 	s := injector.New(client, opts)

@@ -1,16 +1,16 @@
 // Package injector assembles meshlet's control-plane process (cmd/injector
 // serve): the mesh CA loaded from (or created once in) a Secret, the
 // sidecar-injection webhook served over HTTPS with a certificate the CA
-// issues, a sync loop that keeps the MutatingWebhookConfiguration's caBundle
-// and every namespace's root-CA ConfigMap current, the SDS and xDS servers on
-// one TLS gRPC port, and Prometheus metrics.
+// issues, a controller (informers, a rate-limited workqueue, idempotent
+// syncs) that keeps the MutatingWebhookConfiguration's caBundle and every
+// namespace's root-CA ConfigMap current, the SDS and xDS servers on one TLS
+// gRPC port, and Prometheus metrics.
 package injector
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -24,14 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"gomodules.xyz/jsonpatch/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
@@ -65,8 +60,12 @@ type Options struct {
 	// ControlPlaneService is the Service sidecars dial for SDS and xDS
 	// (<name>.<Namespace>.svc:<GRPCAddr port>).
 	ControlPlaneService string
-	// SyncInterval of the caBundle / ConfigMap loop (default 10 s).
-	SyncInterval time.Duration
+	// Resync is the resync period of the root-CA informers (default
+	// DefaultResync): every cached Namespace, root-CA ConfigMap and the
+	// webhook configuration are queued again and compared with what they
+	// should be, against the cache, with no API request. Changes are
+	// repaired as their watch events arrive, not at the next resync.
+	Resync time.Duration
 	// CertTTL is the lifetime of workload certificates (default
 	// mtls.DefaultWorkloadTTL, 24 h).
 	CertTTL time.Duration
@@ -83,8 +82,12 @@ func DefaultOptions() Options {
 		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: mtls.DefaultTrustDomain,
 		Hosts:       []string{"meshlet-injector.meshlet-system.svc", "meshlet-injector.meshlet-system.svc.cluster.local"},
 		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", ControlPlaneService: "meshlet-injector",
-		Sidecar: webhook.DefaultConfig(), SyncInterval: 10 * time.Second}
+		Sidecar: webhook.DefaultConfig(), Resync: DefaultResync}
 }
+
+// DefaultResync is Options.Resync's default: a safety net, since watch
+// events already drive every repair.
+const DefaultResync = 10 * time.Minute
 
 // Server is a running control plane.
 type Server struct {
@@ -112,8 +115,8 @@ func New(client kubernetes.Interface, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.SyncInterval <= 0 {
-		opts.SyncInterval = 10 * time.Second
+	if opts.Resync <= 0 {
+		opts.Resync = DefaultResync
 	}
 	return &Server{opts: opts, client: client, log: opts.Logger, addrs: map[string]string{}, ready: make(chan struct{})}
 }
@@ -150,13 +153,38 @@ func (s *Server) Run(ctx context.Context) (err error) {
 			cfg.ServerMinor = m
 		}
 	}
-	f := informers.NewSharedInformerFactory(s.client, 0)
+	// The Namespace informer serves the webhook (a namespace's labels) and
+	// the root-CA sync; the webhook answers only once it has synced.
+	f := informers.NewSharedInformerFactory(s.client, s.opts.Resync)
 	nsLister := f.Core().V1().Namespaces().Lister()
-	f.Core().V1().Namespaces().Informer()
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-
 	reg := prometheus.NewRegistry()
+	syncs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshlet_injector_root_ca_syncs_total",
+		Help: "Syncs of the root-CA ConfigMaps (kind namespace) and the webhook caBundle (kind cabundle) by result: ok, conflict (requeued), error (requeued)."},
+		[]string{"kind", "result"})
+	reg.MustRegister(syncs)
+	rootSync, factories, err := newCASync(s.client, s.rootPEM, s.opts, f, syncs)
+	if err != nil {
+		return err
+	}
+	// Shutdown waits for the informers' goroutines, which stop with their
+	// context: cancelled first, also when Run fails early.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	factories = append(factories, f)
+	defer func() {
+		stopInformers()
+		for _, fac := range factories {
+			fac.Shutdown()
+		}
+	}()
+	for _, fac := range factories {
+		fac.Start(informerCtx.Done())
+	}
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("injector: informer cache for %v never synced", typ)
+		}
+	}
+
 	in := &webhook.Injector{Config: cfg, Log: s.log, Namespaces: func(ns string) (map[string]string, bool) {
 		n, err := nsLister.Get(ns)
 		if err != nil {
@@ -253,16 +281,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	s.addrs = map[string]string{"webhook": wl.Addr().String(), "grpc": gl.Addr().String(), "monitoring": ml.Addr().String()}
 	close(s.ready)
 
-	t := time.NewTicker(s.opts.SyncInterval)
-	defer t.Stop()
-	for {
-		s.sync(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	rootSync.Run(ctx)
+	return nil
 }
 
 func trimPlus(s string) string {
@@ -295,95 +315,6 @@ func (s *Server) servingCert(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	}
 	s.cert = c
 	return c, nil
-}
-
-// sync is the idempotent reconcile: the webhook configuration's caBundle
-// is the mesh root, and every namespace has the root-CA ConfigMap.
-func (s *Server) sync(ctx context.Context) {
-	if err := s.syncCABundle(ctx); err != nil {
-		s.log.Warn("caBundle sync", "err", err)
-	}
-	nss, err := s.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		s.log.Warn("root CA publish: list namespaces", "err", err)
-		return
-	}
-	for _, ns := range nss.Items {
-		if err := s.publishRootCA(ctx, ns.Name); err != nil {
-			s.log.Warn("root CA publish", "namespace", ns.Name, "err", err)
-		}
-	}
-}
-
-func (s *Server) syncCABundle(ctx context.Context) error {
-	mwc, err := s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, s.opts.WebhookConfig, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // not installed (yet)
-	}
-	if err != nil {
-		return err
-	}
-	want := mwc.DeepCopy()
-	changed := false
-	for i := range want.Webhooks {
-		if string(want.Webhooks[i].ClientConfig.CABundle) != string(s.rootPEM) {
-			want.Webhooks[i].ClientConfig.CABundle = s.rootPEM
-			changed = true
-		}
-	}
-	if !changed {
-		return nil
-	}
-	// A JSON patch of the changed caBundles, so the injector needs only the
-	// "patch" verb on its own webhook configuration (deploy/'s RBAC).
-	before, err := json.Marshal(mwc)
-	if err != nil {
-		return err
-	}
-	after, err := json.Marshal(want)
-	if err != nil {
-		return err
-	}
-	ops, err := jsonpatch.CreatePatch(before, after)
-	if err != nil {
-		return fmt.Errorf("caBundle patch: %w", err)
-	}
-	// Guard the index-based operations against a concurrent change.
-	ops = append([]jsonpatch.Operation{{Operation: "test", Path: "/metadata/resourceVersion", Value: mwc.ResourceVersion}}, ops...)
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return err
-	}
-	_, err = s.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, s.opts.WebhookConfig, types.JSONPatchType, patch, metav1.PatchOptions{})
-	if err == nil {
-		s.log.Info("patched caBundle", "webhook_configuration", s.opts.WebhookConfig)
-	}
-	return err
-}
-
-func (s *Server) publishRootCA(ctx context.Context, ns string) error {
-	cms := s.client.CoreV1().ConfigMaps(ns)
-	cm, err := cms.Get(ctx, s.opts.RootCAConfigMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.opts.RootCAConfigMap, Namespace: ns},
-			Data: map[string]string{"root-cert.pem": string(s.rootPEM)}}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if cm.Data["root-cert.pem"] == string(s.rootPEM) {
-		return nil
-	}
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data["root-cert.pem"] = string(s.rootPEM)
-	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-	return err
 }
 
 // RootPEM is the mesh root certificate (after Run has loaded the CA).

@@ -264,8 +264,8 @@ func mesh(s *Server) {
 	s.UpsertService(web)
 	s.UpsertEndpointSlice(slice("default", "web-1", "web", v4, []string{"http:8080"},
 		ep{addr: "10.0.2.1", pod: "web-a", node: "n-a"}, ep{addr: "10.0.2.2", pod: "web-b", node: "n-b"}))
-	s.SetPodMeshed(nn("default", "echo-a"), true, "echo")
-	s.SetPodMeshed(nn("default", "web-a"), true, "")
+	s.UpsertPod(pod("default", "echo-a", "echo", "", true))
+	s.UpsertPod(pod("default", "web-a", "", "", true))
 	s.SetProxy("web-a.default", ProxyInfo{LocalService: nn("default", "web"), Locality: &lb.Locality{Region: "r1", Zone: "a"}})
 }
 
@@ -578,10 +578,10 @@ func TestLocalityFromPodNode(t *testing.T) {
 		// Unknown pod: the reported zone a.
 		c.waitClusters(t, "reported zone a", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{0, 1, 1} })
 		// The pod runs on n-c (zone c).
-		cp.srv.SetPodNode(nn("default", "client-c"), "n-c")
+		cp.srv.UpsertPod(pod("default", "client-c", "", "n-c", false))
 		c.waitClusters(t, "zone c from the pod's node", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{1, 1, 0} })
 		// Forgotten (pod deleted): back to what it reports.
-		cp.srv.SetPodNode(nn("default", "client-c"), "")
+		cp.srv.DeletePod(nn("default", "client-c"))
 		c.waitClusters(t, "reported zone a again", func(cs map[string]config.Cluster) bool { return prios(cs) == [3]uint32{0, 1, 1} })
 	})
 }

@@ -101,6 +101,17 @@ func threeZones() map[string]*corev1.Node {
 	}
 }
 
+// pod returns a Pod of service account sa ("" unset) on node ("" none),
+// meshed (with the injector's status annotation) or not.
+func pod(ns, name, sa, node string, meshed bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: node}}
+	if meshed {
+		p.Annotations = map[string]string{statusAnnotation: "injected"}
+	}
+	return p
+}
+
 func nn(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
 
 func eq[T any](t *testing.T, got, want T) {

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -20,19 +21,20 @@ const statusAnnotation = "meshlet.io/status"
 
 // RunInformers feeds s from the API server: shared informers on Services,
 // EndpointSlices, Nodes and Pods (pods only for their meshlet.io/status
-// annotation and service account, so the informer keeps nothing else of
-// them). Once every cache
-// has synced it calls s.SetSynced, so sidecars never get an empty mesh. It
-// returns when ctx ends, or with an error if the caches never sync.
+// annotation, service account and node, so the informer keeps nothing
+// else of them). s reads the informers' listers, and their events only
+// mark what changed. Once every cache has synced it calls s.SetSynced, so
+// sidecars never get an empty mesh. It returns when ctx ends, or with an
+// error if the caches never sync.
 func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, resync time.Duration) error {
 	f := informers.NewSharedInformerFactory(client, resync)
-	svc := f.Core().V1().Services().Informer()
-	eps := f.Discovery().V1().EndpointSlices().Informer()
-	nodes := f.Core().V1().Nodes().Informer()
-	pods := f.Core().V1().Pods().Informer()
+	svc := f.Core().V1().Services()
+	eps := f.Discovery().V1().EndpointSlices()
+	nodes := f.Core().V1().Nodes()
+	pods := f.Core().V1().Pods()
 	// Keep only what discovery reads of a pod: its name, annotation,
 	// service account and node.
-	if err := pods.SetTransform(func(obj any) (any, error) {
+	if err := pods.Informer().SetTransform(func(obj any) (any, error) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
 			return obj, nil
@@ -47,38 +49,36 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 	}); err != nil {
 		return fmt.Errorf("xds: pod informer: %w", err)
 	}
-	key := func(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+	if err := eps.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceServiceIndexFunc}); err != nil {
+		return fmt.Errorf("xds: endpointslice index: %w", err)
+	}
+	s.useSources(sources{services: svc.Lister(), slices: eps.Informer().GetIndexer(), nodes: nodes.Lister(), pods: pods.Lister()})
+	// Each handler gets the object before and after a change (nil when
+	// added or deleted), as the Upsert and Delete methods do.
 	handlers := []struct {
 		inf    cache.SharedIndexInformer
-		upsert func(any)
-		remove func(any)
+		change func(old, cur any)
 	}{
-		{svc, func(o any) { s.UpsertService(o.(*corev1.Service)) },
-			func(o any) { v := o.(*corev1.Service); s.DeleteService(key(v.Namespace, v.Name)) }},
-		{eps, func(o any) { s.UpsertEndpointSlice(o.(*discoveryv1.EndpointSlice)) },
-			func(o any) { v := o.(*discoveryv1.EndpointSlice); s.DeleteEndpointSlice(key(v.Namespace, v.Name)) }},
-		{nodes, func(o any) { s.UpsertNode(o.(*corev1.Node)) }, func(o any) { s.DeleteNode(o.(*corev1.Node).Name) }},
-		{pods, func(o any) {
-			p := o.(*corev1.Pod)
-			_, meshed := p.Annotations[statusAnnotation]
-			s.SetPodMeshed(key(p.Namespace, p.Name), meshed, p.Spec.ServiceAccountName)
-			s.SetPodNode(key(p.Namespace, p.Name), p.Spec.NodeName)
-		}, func(o any) {
-			p := o.(*corev1.Pod)
-			s.SetPodMeshed(key(p.Namespace, p.Name), false, "")
-			s.SetPodNode(key(p.Namespace, p.Name), "")
+		{svc.Informer(), func(old, cur any) {
+			if v := cmp.Or(as[*corev1.Service](cur), as[*corev1.Service](old)); v != nil {
+				s.serviceChanged(types.NamespacedName{Namespace: v.Namespace, Name: v.Name})
+			}
 		}},
+		{eps.Informer(), func(old, cur any) {
+			s.sliceChanged(as[*discoveryv1.EndpointSlice](old), as[*discoveryv1.EndpointSlice](cur))
+		}},
+		{nodes.Informer(), func(old, cur any) { s.nodeChanged(as[*corev1.Node](old), as[*corev1.Node](cur)) }},
+		{pods.Informer(), func(old, cur any) { s.podChanged(as[*corev1.Pod](old), as[*corev1.Pod](cur)) }},
 	}
 	for _, h := range handlers {
-		h := h
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    h.upsert,
-			UpdateFunc: func(_, o any) { h.upsert(o) },
+			AddFunc:    func(o any) { h.change(nil, o) },
+			UpdateFunc: func(old, cur any) { h.change(old, cur) },
 			DeleteFunc: func(o any) {
 				if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 					o = t.Obj
 				}
-				h.remove(o)
+				h.change(o, nil)
 			},
 		}); err != nil {
 			return fmt.Errorf("xds: informer handler: %w", err)
@@ -94,4 +94,10 @@ func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, r
 	<-ctx.Done()
 	f.Shutdown()
 	return nil
+}
+
+// as is o as a T, or T's zero value (nil) when o is nil or not a T.
+func as[T any](o any) T {
+	v, _ := o.(T)
+	return v
 }

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -18,7 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
@@ -84,15 +87,19 @@ type Stats struct {
 	Changes, Debounced int
 }
 
-// Server is the ADS server of the control plane. It holds the Kubernetes
-// objects it is fed (UpsertService, UpsertEndpointSlice, UpsertNode,
-// SetPodMeshed and their deletions), translates changed Services with
-// TranslateService after a debounce, and gives each sidecar (xDS node id)
-// a snapshot of every cluster, its load assignments with failover
-// priorities for the sidecar's locality, and its local cluster. Sidecars
-// with the same locality and Service share one snapshot. It serves the
-// state-of-the-world and delta ADS through go-control-plane's snapshot
-// cache.
+// Server is the ADS server of the control plane. It reads the cluster
+// from listers: the informers' (RunInformers), or stores of its own that
+// UpsertService, UpsertEndpointSlice, UpsertNode, UpsertPod and their
+// deletions fill. Changes only mark what they touch; after a debounce it
+// translates the changed Services with TranslateService, reading them
+// from the listers, and queues every sidecar (xDS node id) whose snapshot
+// may have changed. Publishing workers then give each sidecar a snapshot
+// of every cluster, its load assignments with failover priorities for
+// the sidecar's locality, and its local cluster; the snapshot is chosen
+// under the model lock and set after it is released, so a slow publish
+// or many sidecars never hold up the model. Sidecars with the same
+// locality and Service share one snapshot. It serves the state-of-the-world
+// and delta ADS through go-control-plane's snapshot cache.
 type Server struct {
 	opts  Options
 	log   *slog.Logger
@@ -101,16 +108,18 @@ type Server struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	kick  chan struct{}
+	// publish holds the node ids whose snapshot may be out of date; a node
+	// is never published by two workers at once, so its snapshots are set
+	// in order.
+	publish workqueue.TypedRateLimitingInterface[string]
+	// own are the stores the Upsert and Delete methods fill.
+	own ownStores
 
-	mu sync.Mutex // guards the model and the published snapshots
+	mu  sync.Mutex // guards the model below; src's listers need no lock
+	src sources
 	// syncing is set by SetSynced; synced once a rebuild has translated
 	// what the informers delivered, and snapshots may go out.
 	syncing, synced bool
-	services        map[types.NamespacedName]*corev1.Service
-	slices          map[types.NamespacedName]*discoveryv1.EndpointSlice
-	nodes           map[string]*corev1.Node
-	meshed          map[types.NamespacedName]string // pod -> SPIFFE ID
-	podNodes        map[types.NamespacedName]string // pod -> node name
 	dirty           map[types.NamespacedName]bool
 	allDirty        bool
 	results         map[types.NamespacedName]*translatedService
@@ -121,6 +130,10 @@ type Server struct {
 	smu     sync.Mutex // guards streams
 	streams map[int64]*streamState
 }
+
+// publishWorkers set snapshots in parallel, so that a slow publish holds
+// one worker and not every other sidecar's update.
+const publishWorkers = 4
 
 // proxyState is one sidecar.
 type proxyState struct {
@@ -157,21 +170,20 @@ func NewServer(opts Options) *Server {
 		log = slog.Default()
 	}
 	s := &Server{
-		opts:     opts,
-		log:      log.With("component", "xds"),
-		cache:    cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
-		kick:     make(chan struct{}, 1),
-		services: map[types.NamespacedName]*corev1.Service{},
-		slices:   map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		nodes:    map[string]*corev1.Node{},
-		meshed:   map[types.NamespacedName]string{},
-		podNodes: map[types.NamespacedName]string{},
-		dirty:    map[types.NamespacedName]bool{},
-		results:  map[types.NamespacedName]*translatedService{},
-		gen:      newGeneration(nil),
-		proxies:  map[string]*proxyState{},
-		streams:  map[int64]*streamState{},
+		opts:  opts,
+		log:   log.With("component", "xds"),
+		cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
+		kick:  make(chan struct{}, 1),
+		publish: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshlet_xds_publish"}),
+		own:     newOwnStores(),
+		dirty:   map[types.NamespacedName]bool{},
+		results: map[types.NamespacedName]*translatedService{},
+		gen:     newGeneration(nil),
+		proxies: map[string]*proxyState{},
+		streams: map[int64]*streamState{},
 	}
+	s.src = s.own.sources()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.xds = serverv3.NewServer(s.ctx, s.cache, s.callbacks())
 	return s
@@ -183,10 +195,21 @@ func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 }
 
-// Run rebuilds snapshots after changes until ctx is done; then the
-// server's streams end and Run returns nil.
+// Run rebuilds snapshots after changes, and publishes them, until ctx is
+// done; then the server's streams end and Run returns nil.
 func (s *Server) Run(ctx context.Context) error {
-	defer s.stop()
+	var workers sync.WaitGroup
+	defer func() {
+		s.stop() // first: it ends a publish waiting on a stream
+		s.publish.ShutDown()
+		workers.Wait()
+	}()
+	for range publishWorkers {
+		workers.Go(func() {
+			for s.publishNext() {
+			}
+		})
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,164 +257,45 @@ func (s *Server) changed() {
 	}
 }
 
-// UpsertService adds or replaces a Service.
-func (s *Server) UpsertService(svc *corev1.Service) {
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	s.mu.Lock()
-	s.services[key] = svc
-	s.dirty[key] = true
-	s.mu.Unlock()
-	s.changed()
-}
-
-// DeleteService removes a Service.
-func (s *Server) DeleteService(key types.NamespacedName) {
-	s.mu.Lock()
-	delete(s.services, key)
-	s.dirty[key] = true
-	s.mu.Unlock()
-	s.changed()
-}
-
-// UpsertEndpointSlice adds or replaces an EndpointSlice.
-func (s *Server) UpsertEndpointSlice(es *discoveryv1.EndpointSlice) {
-	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
-	s.mu.Lock()
-	if old := s.slices[key]; old != nil {
-		s.dirty[sliceService(old)] = true
-	}
-	s.slices[key] = es
-	s.dirty[sliceService(es)] = true
-	s.mu.Unlock()
-	s.changed()
-}
-
-// DeleteEndpointSlice removes an EndpointSlice.
-func (s *Server) DeleteEndpointSlice(key types.NamespacedName) {
-	s.mu.Lock()
-	if old := s.slices[key]; old != nil {
-		s.dirty[sliceService(old)] = true
-		delete(s.slices, key)
-	}
-	s.mu.Unlock()
-	s.changed()
-}
-
-func sliceService(es *discoveryv1.EndpointSlice) types.NamespacedName {
-	return types.NamespacedName{Namespace: es.Namespace, Name: es.Labels[discoveryv1.LabelServiceName]}
-}
-
-// UpsertNode adds or replaces a Node; only its topology labels matter.
-func (s *Server) UpsertNode(n *corev1.Node) {
-	s.mu.Lock()
-	old := s.nodes[n.Name]
-	s.nodes[n.Name] = n
-	changed := old == nil || nodeLocality(old) != nodeLocality(n)
-	if changed {
-		s.allDirty = true
-	}
-	s.mu.Unlock()
-	if changed {
-		s.changed()
-	}
-}
-
-// DeleteNode removes a Node.
-func (s *Server) DeleteNode(name string) {
-	s.mu.Lock()
-	delete(s.nodes, name)
-	s.allDirty = true
-	s.mu.Unlock()
-	s.changed()
-}
-
-func nodeLocality(n *corev1.Node) lb.Locality {
-	return lb.Locality{Region: n.Labels[lb.LabelRegion], Zone: n.Labels[lb.LabelZone], SubZone: n.Labels[lb.LabelSubZone]}
-}
-
-// SetPodMeshed records whether a pod runs a meshlet sidecar, and the
-// service account whose SPIFFE ID its endpoints must present ("" is
-// Kubernetes' "default").
-func (s *Server) SetPodMeshed(pod types.NamespacedName, meshed bool, serviceAccount string) {
-	id := ""
-	if meshed {
-		if serviceAccount == "" {
-			serviceAccount = "default"
-		}
-		wid, err := mtls.WorkloadID(s.opts.TrustDomain, pod.Namespace, serviceAccount)
-		if err != nil {
-			// Still meshed: sidecars then accept any peer of their own
-			// trust domain for it.
-			s.log.Warn("meshed pod without a SPIFFE identity", "pod", pod, "err", err)
-		} else {
-			id = wid.String()
-		}
-	}
-	s.mu.Lock()
-	if s.meshed[pod] == id {
-		s.mu.Unlock()
-		return
-	}
-	if meshed {
-		s.meshed[pod] = id
-	} else {
-		delete(s.meshed, pod)
-	}
-	for key := range s.services {
-		if key.Namespace == pod.Namespace {
-			s.dirty[key] = true
-		}
-	}
-	s.mu.Unlock()
-	s.changed()
-}
-
-// SetPodNode records the node a pod runs on ("" forgets it). A sidecar
-// whose xDS node id is <pod>.<namespace> (what the injected sidecar
-// sends) gets its locality from that node's topology labels, over the one
-// it reports, as Istio derives a proxy's locality from its pod's node:
-// failover priorities then follow where the pod really runs.
-func (s *Server) SetPodNode(pod types.NamespacedName, node string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.podNodes[pod] == node {
-		return
-	}
-	if node == "" {
-		delete(s.podNodes, pod)
-	} else {
-		s.podNodes[pod] = node
-	}
-	if p, ok := s.proxies[pod.Name+"."+pod.Namespace]; ok {
-		s.publishLocked(pod.Name+"."+pod.Namespace, p)
-	}
-}
-
 // localityLocked is the locality a sidecar's priorities are computed for:
-// SetProxy's, else its pod's node's, else the one it reports.
+// SetProxy's, else its pod's node's, else the one it reports. A sidecar
+// whose xDS node id is <pod>.<namespace> (what the injected sidecar
+// sends) gets its locality from its pod's node's topology labels, over
+// the one it reports, as Istio derives a proxy's locality from its pod's
+// node: failover priorities then follow where the pod really runs.
 func (s *Server) localityLocked(nodeID string, p *proxyState) lb.Locality {
 	if p.info.Locality != nil {
 		return *p.info.Locality
 	}
-	if i := strings.LastIndexByte(nodeID, '.'); i > 0 {
-		pod := types.NamespacedName{Namespace: nodeID[i+1:], Name: nodeID[:i]}
-		if n := s.nodes[s.podNodes[pod]]; n != nil {
-			if l := nodeLocality(n); l != (lb.Locality{}) {
-				return l
+	if pod, ok := podOfNode(nodeID); ok {
+		if po, err := s.src.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && po.Spec.NodeName != "" {
+			if n, err := s.src.nodes.Get(po.Spec.NodeName); err == nil {
+				if l := nodeLocality(n); l != (lb.Locality{}) {
+					return l
+				}
 			}
 		}
 	}
 	return p.reported
 }
 
+// podOfNode is the pod an xDS node id <pod>.<namespace> names.
+func podOfNode(nodeID string) (types.NamespacedName, bool) {
+	i := strings.LastIndexByte(nodeID, '.')
+	if i <= 0 {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: nodeID[i+1:], Name: nodeID[:i]}, true
+}
+
 // SetProxy records what the control plane knows of a sidecar; it applies
 // at once, connected or not.
 func (s *Server) SetProxy(nodeID string, info ProxyInfo) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.proxy(nodeID)
 	p.info, p.registered = info, true
-	s.publishLocked(nodeID, p)
+	s.mu.Unlock()
+	s.publish.Add(nodeID)
 }
 
 // RemoveProxy forgets what SetProxy recorded.
@@ -407,7 +311,7 @@ func (s *Server) RemoveProxy(nodeID string) {
 		s.forgetLocked(nodeID)
 		return
 	}
-	s.publishLocked(nodeID, p)
+	s.publish.Add(nodeID)
 }
 
 // ServiceError returns why a Service is left out, or nil.
@@ -438,7 +342,9 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// rebuild translates the changed Services and publishes new snapshots.
+// rebuild translates the changed Services and queues every sidecar for
+// publishing; the snapshots are set by the publishing workers, after the
+// model lock is released.
 func (s *Server) rebuild() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -449,11 +355,13 @@ func (s *Server) rebuild() {
 	dirty := s.dirty
 	if s.allDirty {
 		dirty = maps.Clone(s.dirty)
-		for key := range s.services {
-			dirty[key] = true
-		}
 		for key := range s.results {
 			dirty[key] = true
+		}
+		if svcs, err := s.src.services.List(labels.Everything()); err == nil {
+			for _, svc := range svcs {
+				dirty[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+			}
 		}
 	}
 	s.dirty, s.allDirty = map[types.NamespacedName]bool{}, false
@@ -463,32 +371,64 @@ func (s *Server) rebuild() {
 	}
 	s.synced = true
 	s.stats.Rebuilds++
-	for id, p := range s.proxies {
-		s.publishLocked(id, p)
+	for id := range s.proxies {
+		s.publish.Add(id)
 	}
 }
 
-// translateLocked translates the given Services.
+// translateLocked translates the given Services from the listers.
 func (s *Server) translateLocked(keys map[types.NamespacedName]bool) {
-	byService := map[types.NamespacedName][]*discoveryv1.EndpointSlice{}
-	for _, es := range s.slices {
-		if key := sliceService(es); keys[key] {
-			byService[key] = append(byService[key], es)
-		}
-	}
 	for key := range keys {
-		svc := s.services[key]
-		if svc == nil {
-			delete(s.results, key)
+		svc, err := s.src.services.Services(key.Namespace).Get(key.Name)
+		if err != nil {
+			delete(s.results, key) // deleted (listers fail only with NotFound)
 			continue
 		}
-		scs, err := TranslateService(ServiceInput{Service: svc, Slices: byService[key], Nodes: s.nodes,
-			MeshedPods: s.meshed, ClusterDomain: s.opts.ClusterDomain})
+		objs, err := s.src.slices.ByIndex(sliceServiceIndex, key.String())
+		if err != nil {
+			s.log.Error("endpointslices of a service", "service", key.String(), "error", err)
+		}
+		slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+		for _, o := range objs {
+			slices = append(slices, o.(*discoveryv1.EndpointSlice))
+		}
+		nodes, meshed := s.endpointRefs(slices)
+		scs, err := TranslateService(ServiceInput{Service: svc, Slices: slices, Nodes: nodes,
+			MeshedPods: meshed, ClusterDomain: s.opts.ClusterDomain})
 		if err != nil {
 			s.log.Error("service left out of xDS", "service", key.String(), "error", err)
 		}
 		s.results[key] = newTranslatedService(scs, err)
 	}
+}
+
+// endpointRefs looks up, in the listers, the Nodes and the meshed pods the
+// endpoints of slices name, as TranslateService takes them.
+func (s *Server) endpointRefs(slices []*discoveryv1.EndpointSlice) (map[string]*corev1.Node, map[types.NamespacedName]string) {
+	nodes := map[string]*corev1.Node{}
+	meshed := map[types.NamespacedName]string{}
+	for _, es := range slices {
+		for _, e := range es.Endpoints {
+			if e.NodeName != nil && *e.NodeName != "" {
+				if _, seen := nodes[*e.NodeName]; !seen {
+					if n, err := s.src.nodes.Get(*e.NodeName); err == nil {
+						nodes[n.Name] = n
+					}
+				}
+			}
+			ref := e.TargetRef
+			if ref == nil || (ref.Kind != "" && ref.Kind != "Pod") {
+				continue
+			}
+			key := types.NamespacedName{Namespace: cmp.Or(ref.Namespace, es.Namespace), Name: ref.Name}
+			if p, err := s.src.pods.Pods(key.Namespace).Get(key.Name); err == nil {
+				if id, ok := s.podIdentity(p); ok {
+					meshed[key] = id
+				}
+			}
+		}
+	}
+	return nodes, meshed
 }
 
 // proxy returns the state of a sidecar, creating it.
@@ -501,28 +441,65 @@ func (s *Server) proxy(nodeID string) *proxyState {
 	return p
 }
 
-// publishLocked gives a sidecar its group's snapshot if that changed.
-func (s *Server) publishLocked(nodeID string, p *proxyState) {
+// publishNext publishes one queued sidecar; false once the queue is shut
+// down.
+func (s *Server) publishNext() bool {
+	id, quit := s.publish.Get()
+	if quit {
+		return false
+	}
+	defer s.publish.Done(id)
+	if err := s.syncProxy(id); err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Error("set snapshot", "node", id, "error", err)
+			s.publish.AddRateLimited(id)
+		}
+		return true
+	}
+	s.publish.Forget(id)
+	return true
+}
+
+// syncProxy makes the snapshot cache hold what sidecar nodeID should have
+// now: its group's snapshot, or none once it is forgotten. The snapshot
+// is chosen under the model lock and set after it is released. It is
+// idempotent, and a change made meanwhile queues the sidecar again.
+func (s *Server) syncProxy(nodeID string) error {
+	s.mu.Lock()
+	p, ok := s.proxies[nodeID]
+	if !ok {
+		s.mu.Unlock()
+		s.cache.ClearSnapshot(nodeID)
+		return nil
+	}
 	if !s.synced {
-		return
+		s.mu.Unlock()
+		return nil
 	}
 	key := groupKey{locality: s.localityLocked(nodeID, p), local: p.info.LocalService}
 	g := s.gen.buildGroup(key, s.results)
 	if p.published == g.version {
-		return
+		s.mu.Unlock()
+		return nil
 	}
-	if err := s.cache.SetSnapshot(context.Background(), nodeID, g.snap); err != nil {
-		s.log.Error("set snapshot", "node", nodeID, "error", err)
-		return
+	s.mu.Unlock()
+	if err := s.cache.SetSnapshot(s.ctx, nodeID, g.snap); err != nil {
+		return err
 	}
+	s.mu.Lock()
 	p.published = g.version
 	s.stats.Snapshots++
+	s.mu.Unlock()
+	return nil
 }
 
-// forgetLocked drops a sidecar that has no stream and no SetProxy.
+// forgetLocked drops a sidecar that has no stream and no SetProxy. Its
+// snapshot is cleared at once, and again by the queue, after a publish
+// that may be under way.
 func (s *Server) forgetLocked(nodeID string) {
 	delete(s.proxies, nodeID)
 	s.cache.ClearSnapshot(nodeID)
+	s.publish.Add(nodeID)
 }
 
 // callbacks hook the server into go-control-plane's stream handling.
@@ -624,7 +601,7 @@ func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL string, nack
 	if l := node.GetLocality(); l != nil {
 		p.reported = lb.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
 	}
-	s.publishLocked(nodeID, p)
+	s.publish.Add(nodeID)
 	return nil
 }
 
