@@ -28,14 +28,10 @@
 // local (loopback) sockets of the pod into a sockhash, and an sk_msg program
 // moves each write straight into the peer socket's receive queue; when the
 // peer is not in the sockhash the write goes through TCP (SK_PASS, never a
-// drop). BenchmarkHop on the test machine (2 CPUs; bench/RESULTS.md)
-// measures the round trip 35-50 % shorter at 1 B to 64 KiB, but streaming
-// mostly slower: over the runs recorded, 1 KiB writes from 24 % slower to
-// 6 % faster, 16 KiB 9-30 % slower, 64 KiB from 30 % slower to 14 % faster
-// (an earlier experiment, under heavy load, found 1 KiB writes at 0.45x).
-// Through the whole sidecar (bench/redirect.sh: HTTP/1.1 requests app ->
-// sidecar -> upstream, all loopback) p50 latency was 0-21 % lower and
-// throughput from 10 % lower to 12 % higher. It stays off by default: it loses on bulk transfers,
+// drop). BenchmarkHop and bench/redirect.sh (figures in bench/RESULTS.md)
+// measure round trips shorter, but streaming mostly slower, and through
+// the whole sidecar a latency gain with throughput from lower to higher.
+// It stays off by default: it loses on bulk transfers,
 // and redirected bytes bypass the receive queue that splice(2) reads, so a
 // reader that splices from an accelerated socket stalls. meshlet's own TCP proxy asks
 // [Objects.Accelerated] and copies those connections with Read and Write;

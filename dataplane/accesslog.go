@@ -19,9 +19,9 @@ import (
 // thread writes: every flushInterval, or sooner once a buffer holds
 // accessLogFlushAt bytes. So a slow stdout never stalls traffic (a buffer
 // that reaches accessLogBufferMax drops further lines, counted), and a
-// request costs no goroutine hand-off and no write(2) of its own (a
-// hand-off and a write per line cost 2.2 context switches and about 35 µs
-// of CPU per request at 1000 req/s). Each worker has its own buffer (so
+// request costs no goroutine hand-off and no write(2) of its own (which
+// cost context switches and CPU per request: bench/RESULTS.md). Each
+// worker has its own buffer (so
 // logging takes no lock shared between workers).
 type accessLogger struct {
 	format        config.AccessLogFormat

@@ -11,7 +11,7 @@ import (
 // otherwise give the Go runtime: the route timeout and the start of the
 // client-gone watch. A runtime timer that becomes the earliest one wakes
 // the thread sleeping in the network poller (or starts another), which at
-// a steady 1000 req/s was a large part of the sidecar's CPU per request;
+// a steady low rate was a large part of the sidecar's CPU per request;
 // the clock arms one runtime timer per clockTick instead, and only while
 // alarms are set or were set within the last clockLinger; with only far
 // alarms left after that, it sleeps until the earliest one's tick.
@@ -55,7 +55,7 @@ type alarmTarget interface{ alarmFired(gen uint64) }
 
 const (
 	// clockTick is the clock's resolution. Each tick is a wake-up (a
-	// 5 ms tick cost about 4 µs per request at 1000 req/s); the
+	// finer tick costs CPU per request: bench/RESULTS.md); the
 	// client-gone watch starts up to a tick late, which only delays
 	// noticing a client that left (its end of stream is still there).
 	clockTick = 25 * time.Millisecond

@@ -16,10 +16,10 @@ import (
 //
 // Why: net.TCPConn's Read and Write enter the system call through the
 // scheduler (entersyscall), which wakes the runtime's monitor thread
-// (sysmon) when the process was idle; it then polls every 20 µs while the
-// request runs, and takes the processor away from a write that lasts
-// longer than that (a write on loopback runs the receiver's TCP stack).
-// At 1000 req/s that was several wake-ups per request. A read or write on
+// (sysmon) when the process was idle; it then polls while the request
+// runs, and takes the processor away from a write that lasts longer than
+// its poll (a write on loopback runs the receiver's TCP stack): several
+// wake-ups per request at low load (bench/RESULTS.md). A read or write on
 // a non-blocking socket never blocks, so holding the processor through it
 // is safe. Writes use send(2) with MSG_NOSIGNAL (a peer that closed gives
 // EPIPE, no signal).
