@@ -130,8 +130,8 @@ type state struct {
 	// cfg is the configuration with its defaults resolved (WithDefaults);
 	// given is the one Start or Reload was given (Config).
 	cfg, given *config.Config
-	clusters  map[string]*cluster
-	listeners map[string]*listenerState // by address
+	clusters   map[string]*cluster
+	listeners  map[string]*listenerState // by address
 	// maxDownstream is the cap on open downstream connections
 	// (GlobalDownstreamMaxConnections, or the default from the file
 	// descriptor limit).
