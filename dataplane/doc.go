@@ -9,4 +9,35 @@
 // mutable cluster state (endpoints, health-check and outlier results) and
 // publishes immutable lb snapshots; workers read them with atomic loads and
 // never share a lock with each other on the request path.
+//
+// # The traffic path, and the file that owns each step
+//
+//   - start, reload, drain, the main loop and its state: server.go;
+//     the sockets of each worker (SO_REUSEPORT): listen.go;
+//   - accept, the connection cap, original destination, protocol
+//     detection and dispatch: worker.go (acceptLoop, serveConn, detect,
+//     dispatch), limits.go (the cap);
+//   - inbound mutual TLS (handshake, peer authorization) and the mesh's
+//     upstream TLS: mtls.go;
+//   - opaque TCP (one upstream per connection, idle timeout): tcp.go, with
+//     splice_linux.go (pipes) and rawio.go (raw socket I/O);
+//   - the HTTP/1 server (connection loop, request reading, response
+//     writer, client-gone watch): h1server.go; the request-head checks
+//     (Envoy's HTTP/1 codec refusals): h1request.go;
+//   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
+//     rapid-reset accounting: h2guard.go;
+//   - per-request timeouts: the route timeout and the stream idle timeout
+//     (streamidle.go) on the worker's clock (clock.go);
+//   - the router (route match, retries, per-try timeouts, failure
+//     classification): http.go (serveRequest, route, tryOnce); header
+//     handling, forwarding and upgrades: forward.go;
+//   - upstream connections: dial, connect circuit breaker and counted
+//     connections in http.go (worker.dial); the HTTP/1.1 pool and Envoy's
+//     response framing rules: h1pool.go, with h1resp.go (its fast response
+//     reader); HTTP/2 and mesh transports: mtls.go, http.go (transports);
+//   - health checks: health.go; the app's probes behind the sidecar:
+//     appprobe.go;
+//   - observation: the access log (accesslog.go), statistics and
+//     Prometheus names (stats.go), the admin, health and metrics endpoints
+//     (admin.go).
 package dataplane
