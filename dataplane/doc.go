@@ -34,7 +34,9 @@
 //   - upstream connections: dial, connect circuit breaker and counted
 //     connections in http.go (worker.dial); the HTTP/1.1 pool and Envoy's
 //     response framing rules: h1pool.go, with h1resp.go (its fast response
-//     reader); HTTP/2 and mesh transports: mtls.go, http.go (transports);
+//     reader); the choice of a worker's transport per cluster: worker.go
+//     (transport); plain HTTP/1.1 and h2c: http.go (newUpstreamTransport);
+//     mesh (mTLS) ones: mtls.go (newMeshTransport, dialHost);
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;
 //   - observation: the access log (accesslog.go), statistics and
