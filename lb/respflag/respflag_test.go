@@ -1,4 +1,4 @@
-package lb
+package respflag
 
 import (
 	"strings"
@@ -75,7 +75,7 @@ func TestParseResponseFlags(t *testing.T) {
 			t.Errorf("ParseResponseFlag(%q): want error", bad)
 		}
 	}
-	if _, err := ParseResponseFlag("XX"); err == nil || err.Error() != `lb: unknown response flag "XX"` {
+	if _, err := ParseResponseFlag("XX"); err == nil || err.Error() != `respflag: unknown response flag "XX"` {
 		t.Errorf("ParseResponseFlag(XX) error = %v", err)
 	}
 	tests := []struct {

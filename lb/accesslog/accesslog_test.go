@@ -1,9 +1,11 @@
-package lb
+package accesslog
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // accessLogDocEntry is the example of Envoy's access-log documentation.
@@ -38,15 +40,15 @@ func TestAppendDefault(t *testing.T) {
 		{"zero entry", func(e *AccessLogEntry) { *e = AccessLogEntry{} },
 			`[-] "- - -" 0 - 0 0 0 - "-" "-" "-" "-" "-"` + "\n"},
 		{"no response, retries exhausted", func(e *AccessLogEntry) {
-			e.ResponseCode, e.Flags, e.UpstreamServiceTime = 0, FlagURX|FlagUF, 0
+			e.ResponseCode, e.Flags, e.UpstreamServiceTime = 0, respflag.FlagURX|respflag.FlagUF, 0
 		}, `[2016-04-15T20:17:00.310Z] "POST /api/v1/locations HTTP/2" 0 UF,URX 154 0 226 - "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "tcp://10.0.2.1:80"` + "\n"},
 		{"local reply without upstream", func(e *AccessLogEntry) {
-			e.ResponseCode, e.Flags, e.UpstreamHost, e.UpstreamServiceTime = 503, FlagUH, "", 0
+			e.ResponseCode, e.Flags, e.UpstreamHost, e.UpstreamServiceTime = 503, respflag.FlagUH, "", 0
 		}, `[2016-04-15T20:17:00.310Z] "POST /api/v1/locations HTTP/2" 503 UH 154 0 226 - "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "-"` + "\n"},
 		{"sub-millisecond upstream", func(e *AccessLogEntry) { e.UpstreamServiceTime = 400 * time.Microsecond },
 			`[2016-04-15T20:17:00.310Z] "POST /api/v1/locations HTTP/2" 204 - 154 0 226 0 "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "tcp://10.0.2.1:80"` + "\n"},
 		{"upstream timeout local reply", func(e *AccessLogEntry) {
-			e.ResponseCode, e.Flags, e.UpstreamServiceTime = 504, FlagUT, -1
+			e.ResponseCode, e.Flags, e.UpstreamServiceTime = 504, respflag.FlagUT, -1
 		}, `[2016-04-15T20:17:00.310Z] "POST /api/v1/locations HTTP/2" 504 UT 154 0 226 - "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "tcp://10.0.2.1:80"` + "\n"},
 		{"original path, UTC, truncation", func(e *AccessLogEntry) {
 			e.StartTime = time.Date(2016, 4, 15, 12, 17, 0, 310_999_999, pst)
@@ -55,7 +57,7 @@ func TestAppendDefault(t *testing.T) {
 			e.UpstreamServiceTime = 100*time.Millisecond + 999*time.Microsecond
 		}, `[2016-04-15T20:17:00.310Z] "POST /orig HTTP/2" 204 - 154 0 226 100 "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "locations" "tcp://10.0.2.1:80"` + "\n"},
 		{"TCP-like, negative duration", func(e *AccessLogEntry) {
-			*e = AccessLogEntry{StartTime: e.StartTime, Duration: -1, BytesReceived: 1 << 40, UpstreamHost: "10.0.0.1:9000", Flags: FlagUF}
+			*e = AccessLogEntry{StartTime: e.StartTime, Duration: -1, BytesReceived: 1 << 40, UpstreamHost: "10.0.0.1:9000", Flags: respflag.FlagUF}
 		}, `[2016-04-15T20:17:00.310Z] "- - -" 0 UF 1099511627776 0 - - "-" "-" "-" "-" "10.0.0.1:9000"` + "\n"},
 	}
 	for _, tt := range tests {
@@ -92,7 +94,7 @@ func TestDefaultAccessLogFormat(t *testing.T) {
 
 func TestAppendDefaultRoundTrip(t *testing.T) {
 	e := accessLogDocEntry()
-	e.Flags = FlagUO | FlagURX
+	e.Flags = respflag.FlagUO | respflag.FlagURX
 	line := string(e.AppendDefault(nil))
 	back, err := accessLogEntryFromLine(line)
 	if err != nil {
@@ -105,7 +107,7 @@ func TestAppendDefaultRoundTrip(t *testing.T) {
 
 func TestAppendDefaultDoesNotAllocate(t *testing.T) {
 	e := accessLogDocEntry()
-	e.Flags = FlagUF | FlagURX
+	e.Flags = respflag.FlagUF | respflag.FlagURX
 	buf := make([]byte, 0, 512)
 	if a := testing.AllocsPerRun(100, func() { buf = e.AppendDefault(buf[:0]) }); a != 0 {
 		t.Errorf("AppendDefault allocates %v times", a)
@@ -114,7 +116,7 @@ func TestAppendDefaultDoesNotAllocate(t *testing.T) {
 
 func BenchmarkAppendDefault(b *testing.B) {
 	e := accessLogDocEntry()
-	e.Flags = FlagUF | FlagURX
+	e.Flags = respflag.FlagUF | respflag.FlagURX
 	buf := make([]byte, 0, 512)
 	b.ReportAllocs()
 	for b.Loop() {

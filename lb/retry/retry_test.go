@@ -1,10 +1,14 @@
-package lb
+package retry
 
 import (
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // retryFixedRandom always returns its value.
@@ -43,11 +47,11 @@ func TestParseRetryOn(t *testing.T) {
 		{"connect-failure,refused-stream", DefaultRetryOn, ""},
 		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable",
 			RetryGRPCCancelled | RetryGRPCDeadlineExceeded | RetryGRPCInternal | RetryGRPCResourceExhausted | RetryGRPCUnavailable, ""},
-		{"5xxx", 0, `lb: retry_on: unknown condition "5xxx"`},
+		{"5xxx", 0, `retry: retry_on: unknown condition "5xxx"`},
 		// Known names survive an error, as Envoy keeps them from headers.
-		{"gateway-error,bogus,reset", RetryGatewayError | RetryReset, `lb: retry_on: unknown condition "bogus"`},
-		{"5XX", 0, `lb: retry_on: unknown condition "5XX"`}, // names are case-sensitive
-		{"a,b", 0, `lb: retry_on: unknown condition "a"`},   // the first unknown is named
+		{"gateway-error,bogus,reset", RetryGatewayError | RetryReset, `retry: retry_on: unknown condition "bogus"`},
+		{"5XX", 0, `retry: retry_on: unknown condition "5XX"`}, // names are case-sensitive
+		{"a,b", 0, `retry: retry_on: unknown condition "a"`},   // the first unknown is named
 	}
 	for _, tt := range tests {
 		got, err := ParseRetryOn(tt.in)
@@ -275,12 +279,12 @@ func TestRetryStateLimitExceeded(t *testing.T) {
 		want      RetryDecision
 		remaining uint32
 		stats     RetryStats
-		flag      ResponseFlags
+		flag      respflag.ResponseFlags
 	}{
 		{RetryYes, 1, StatRetry | StatRetryBackoffExponential, 0},
 		{RetryYes, 0, StatRetry | StatRetryBackoffExponential, 0},
-		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
-		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
+		{RetryLimitExceeded, 0, StatRetryLimitExceeded, respflag.FlagURX},
+		{RetryLimitExceeded, 0, StatRetryLimitExceeded, respflag.FlagURX},
 	}
 	for i, st := range steps {
 		d, _ := s.OnResponse(503, false, -1, true)
@@ -307,7 +311,7 @@ func TestRetryStateOverflow(t *testing.T) {
 	s.Init(&p, retryFixedRandom(3))
 	// The breaker refuses: UO, and the retry is spent all the same.
 	d, backoff := s.OnReset(ResetRemote, true, false)
-	if d != RetryOverflow || d.Flag() != FlagUO || backoff != 0 || s.LastStats() != StatRetryOverflow || s.RetriesRemaining() != 1 {
+	if d != RetryOverflow || d.Flag() != respflag.FlagUO || backoff != 0 || s.LastStats() != StatRetryOverflow || s.RetriesRemaining() != 1 {
 		t.Errorf("refused: got %v flag %v backoff %v stats %b remaining %d", d, d.Flag(), backoff, s.LastStats(), s.RetriesRemaining())
 	}
 	if s.HoldsRetrySlot() {
@@ -325,8 +329,8 @@ func TestRetryStateOverflow(t *testing.T) {
 }
 
 func TestRetryStateBudgetOverflow(t *testing.T) {
-	budget := DefaultRetryBudget()
-	cb := DefaultCircuitBreakerThresholds()
+	budget := circuitbreaker.DefaultRetryBudget()
+	cb := circuitbreaker.DefaultCircuitBreakerThresholds()
 	cb.RetryBudget = &budget
 	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 5}.WithDefaults()
 	tests := []struct {
@@ -543,61 +547,6 @@ func TestRateLimitedBackoff(t *testing.T) {
 	}
 }
 
-func TestRetryBudgetMax(t *testing.T) {
-	tests := []struct {
-		b               RetryBudget
-		active, pending uint64
-		want            uint64
-	}{
-		{DefaultRetryBudget(), 0, 0, 3},
-		{DefaultRetryBudget(), 100, 0, 20},
-		{DefaultRetryBudget(), 17, 0, 3},
-		{DefaultRetryBudget(), 24, 0, 4}, // 4.8 truncates
-		// Envoy computes percent/100*count in double and truncates.
-		{RetryBudget{BudgetPercent: 29, MinRetryConcurrency: 0}, 100, 0, 28}, // 28.999...
-		{RetryBudget{BudgetPercent: 57, MinRetryConcurrency: 0}, 100, 0, 56},
-		{RetryBudget{BudgetPercent: 35, MinRetryConcurrency: 0}, 100, 80, 62},
-		{RetryBudget{BudgetPercent: 0, MinRetryConcurrency: 0}, 1000, 0, 0},
-		{RetryBudget{BudgetPercent: -5, MinRetryConcurrency: 1}, 1000, 0, 1},
-		{RetryBudget{BudgetPercent: math.NaN(), MinRetryConcurrency: 2}, 1000, 0, 2},
-		{RetryBudget{BudgetPercent: 1e30, MinRetryConcurrency: 2}, 1000, 0, math.MaxUint64},
-	}
-	for _, tt := range tests {
-		if got := tt.b.MaxActiveRetries(tt.active, tt.pending); got != tt.want {
-			t.Errorf("%+v.MaxActiveRetries(%d, %d) = %d, want %d", tt.b, tt.active, tt.pending, got, tt.want)
-		}
-	}
-}
-
-func TestCircuitBreakerThresholds(t *testing.T) {
-	c := DefaultCircuitBreakerThresholds()
-	if c.MaxConnections != 1024 || c.MaxPendingRequests != 1024 || c.MaxRequests != 1024 || c.MaxRetries != 3 || c.MaxConnectionPools != 0 || c.RetryBudget != nil {
-		t.Fatalf("defaults: %+v", c)
-	}
-	type check struct {
-		name      string
-		got, want bool
-	}
-	checks := []check{
-		{"connection 1023", c.ConnectionAllowed(1023), true},
-		{"connection 1024", c.ConnectionAllowed(1024), false},
-		{"pending 1023", c.PendingRequestAllowed(1023), true},
-		{"pending 1024", c.PendingRequestAllowed(1024), false},
-		{"request 1023", c.RequestAllowed(1023), true},
-		{"request 1024", c.RequestAllowed(1024), false},
-		{"pools unlimited", c.ConnectionPoolAllowed(math.MaxUint64 - 1), true},
-		{"retry 2", c.RetryAllowed(2, 0, 0), true},
-		{"retry 3", c.RetryAllowed(3, 0, 0), false},
-	}
-	c.MaxConnectionPools = 2
-	checks = append(checks, check{"pool 1 of 2", c.ConnectionPoolAllowed(1), true}, check{"pool 2 of 2", c.ConnectionPoolAllowed(2), false})
-	for _, ck := range checks {
-		if ck.got != ck.want {
-			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
-		}
-	}
-}
-
 func TestRetryStateDoesNotAllocate(t *testing.T) {
 	p := RetryPolicy{RetryOn: Retry5xx | RetryReset, NumRetries: 1 << 30}.WithDefaults()
 	rnd := &retryXorshift{s: 1}
@@ -625,5 +574,29 @@ func BenchmarkRetryStateOnResponse(b *testing.B) {
 		s.Init(&p, rnd)
 		s.OnResponse(503, false, -1, true)
 		s.OnResponse(200, false, -1, true)
+	}
+}
+
+// State carries the policy's retry priority plugin: disabled without
+// RetryPriorityUpdateFrequency, fed every attempted host otherwise.
+func TestRetryStateRetryPriority(t *testing.T) {
+	var s RetryState
+	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3}.WithDefaults()
+	s.Init(&p, retryFixedRandom(0))
+	if s.RetryPriority() != nil {
+		t.Fatal("RetryPriority without update frequency: want nil")
+	}
+	s.OnHostAttempted(&lb.Host{Priority: 1}) // ignored
+	p.RetryPriorityUpdateFrequency = 1
+	s.Init(&p, retryFixedRandom(0))
+	rp := s.RetryPriority()
+	if rp == nil || !rp.Enabled() {
+		t.Fatal("RetryPriority with update frequency 1: want the enabled plugin")
+	}
+	s.OnHostAttempted(nil) // no host: nothing recorded
+	s.OnHostAttempted(&lb.Host{Priority: 0})
+	l := lb.ComputePriorityLoad([]lb.PriorityAvailability{{Hosts: 2, Healthy: 2, OverprovisioningFactor: 140}, {Hosts: 2, Healthy: 2, OverprovisioningFactor: 140}}, 0)
+	if h, _ := rp.PriorityLoad(&l); len(h) != 2 || h[0] != 0 || h[1] != 100 {
+		t.Errorf("after a P0 attempt: healthy load %v, want [0 100]", h)
 	}
 }

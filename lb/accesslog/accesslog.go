@@ -1,8 +1,13 @@
-package lb
+// Package accesslog renders Envoy's default text access-log line from the
+// fields of one request. It only formats bytes: writing them out is the
+// data plane's job. It is pure, as lb is: no I/O, no goroutines, no clock.
+package accesslog
 
 import (
 	"strconv"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // DefaultAccessLogFormat is Envoy's default text access-log format: one
@@ -28,7 +33,7 @@ type AccessLogEntry struct {
 	// ResponseCode 0 renders "0": Envoy prints 0, not "-", when no
 	// response was sent (e.g. a downstream disconnect).
 	ResponseCode  int
-	Flags         ResponseFlags
+	Flags         respflag.ResponseFlags
 	BytesReceived uint64
 	BytesSent     uint64
 	Duration      time.Duration // whole milliseconds; negative renders "-"

@@ -1,10 +1,20 @@
-package lb
+// Package retry is Envoy's router retry logic for one request: the retry_on
+// conditions, the retry policy with Envoy's defaults, the decision on a
+// response or a reset (would-retry, retries remaining, the retry circuit
+// breaker's verdict), the jittered and rate-limited back-off, and the
+// counters and response flag each decision implies. State also carries the
+// request's retry priority plugin (lb.PreviousPriorities), which the picker
+// reads. It is pure, as lb is: no I/O, no goroutines, no clock; randomness
+// comes from an lb.Random the caller passes.
+package retry
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // RetryOn is a bit set of Envoy retry_on conditions. The HTTP and the gRPC
@@ -62,7 +72,7 @@ func ParseRetryOn(s string) (RetryOn, error) {
 		}
 		bit := lookupRetryOn(tok)
 		if bit == 0 && err == nil {
-			err = fmt.Errorf("lb: retry_on: unknown condition %q", tok)
+			err = fmt.Errorf("retry: retry_on: unknown condition %q", tok)
 		}
 		on |= bit
 	}
@@ -137,7 +147,7 @@ func ParseResetReason(s string) (ResetReason, error) {
 			return ResetReason(i), nil
 		}
 	}
-	return 0, fmt.Errorf("lb: unknown reset reason %q", s)
+	return 0, fmt.Errorf("retry: unknown reset reason %q", s)
 }
 
 // isConnectFailure reports the reasons Envoy treats as a pool (connect)
@@ -372,19 +382,19 @@ func WouldRetryOnReset(p *RetryPolicy, reason ResetReason, upstreamRequestStarte
 // so does this, which keeps vector results identical.
 type JitteredBackoff struct {
 	base, max, next uint64 // milliseconds
-	rnd             Random
+	rnd             lb.Random
 }
 
 // NewJitteredBackoff returns a back-off over [base, maxInterval] drawing from
 // rnd. base is at least 1 ms; maxInterval 0 means 10 x base, and one below
 // base is raised to base (Envoy rejects such a config).
-func NewJitteredBackoff(base, maxInterval time.Duration, rnd Random) *JitteredBackoff {
+func NewJitteredBackoff(base, maxInterval time.Duration, rnd lb.Random) *JitteredBackoff {
 	b := &JitteredBackoff{}
 	b.init(base, maxInterval, rnd)
 	return b
 }
 
-func (b *JitteredBackoff) init(base, maxInterval time.Duration, rnd Random) {
+func (b *JitteredBackoff) init(base, maxInterval time.Duration, rnd lb.Random) {
 	b.base = wholeMs(base)
 	if maxInterval <= 0 {
 		b.max = 10 * b.base
@@ -437,97 +447,12 @@ func (b *JitteredBackoff) ResetWithBase(base time.Duration) {
 // interval: interval + random % (interval/2), i.e. in [interval,
 // 1.5 x interval), in whole milliseconds. Below 2 ms there is no jitter
 // range and the interval itself is returned.
-func RateLimitedBackoff(interval time.Duration, rnd Random) time.Duration {
+func RateLimitedBackoff(interval time.Duration, rnd lb.Random) time.Duration {
 	ms := interval.Milliseconds()
 	if ms < 2 {
 		return interval
 	}
 	return time.Duration(uint64(ms)+rnd.Uint64()%uint64(ms/2)) * time.Millisecond
-}
-
-// CircuitBreakerThresholds are one routing priority's circuit-breaker limits.
-// A resource is admitted while its current count is below the limit.
-type CircuitBreakerThresholds struct {
-	MaxConnections, MaxPendingRequests, MaxRequests, MaxRetries uint32
-	// MaxConnectionPools limits concurrent connection pools; 0 = unlimited
-	// (Envoy's default).
-	MaxConnectionPools uint32
-	// RetryBudget, when set, replaces MaxRetries.
-	RetryBudget *RetryBudget
-}
-
-// RetryBudget limits active retries to a share of the active and pending
-// requests, with a floor.
-type RetryBudget struct {
-	BudgetPercent       float64 // percent of active + pending requests
-	MinRetryConcurrency uint32  // floor on the limit
-}
-
-// DefaultCircuitBreakerThresholds returns Envoy's defaults: 1024 connections,
-// pending requests and requests, 3 retries, unlimited pools, no budget.
-func DefaultCircuitBreakerThresholds() CircuitBreakerThresholds {
-	return CircuitBreakerThresholds{
-		MaxConnections:     1024,
-		MaxPendingRequests: 1024,
-		MaxRequests:        1024,
-		MaxRetries:         3,
-	}
-}
-
-// DefaultRetryBudget returns the budget's field defaults: 20% and 3.
-func DefaultRetryBudget() RetryBudget {
-	return RetryBudget{BudgetPercent: 20, MinRetryConcurrency: 3}
-}
-
-// MaxActiveRetries returns max(budget% of active+pending, min concurrency),
-// computed in float64 and truncated exactly as Envoy does.
-func (b RetryBudget) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
-	v := b.BudgetPercent / 100 * float64(activeRequests+pendingRequests)
-	var n uint64
-	switch {
-	case v >= math.MaxUint64:
-		n = math.MaxUint64
-	case v > 0: // false for NaN and negatives, which admit nothing extra
-		n = uint64(v)
-	}
-	return max(n, uint64(b.MinRetryConcurrency))
-}
-
-// MaxActiveRetries returns the current retry limit: the budget's when one is
-// configured, MaxRetries otherwise.
-func (c CircuitBreakerThresholds) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
-	if c.RetryBudget != nil {
-		return c.RetryBudget.MaxActiveRetries(activeRequests, pendingRequests)
-	}
-	return uint64(c.MaxRetries)
-}
-
-// RetryAllowed reports whether one more retry may start (activeRetries is
-// below the limit). Its result is the cbAllows argument of RetryState.
-func (c CircuitBreakerThresholds) RetryAllowed(activeRetries, activeRequests, pendingRequests uint64) bool {
-	return activeRetries < c.MaxActiveRetries(activeRequests, pendingRequests)
-}
-
-// ConnectionAllowed reports whether one more upstream connection may open.
-func (c CircuitBreakerThresholds) ConnectionAllowed(active uint64) bool {
-	return active < uint64(c.MaxConnections)
-}
-
-// PendingRequestAllowed reports whether one more request may queue for a
-// connection.
-func (c CircuitBreakerThresholds) PendingRequestAllowed(pending uint64) bool {
-	return pending < uint64(c.MaxPendingRequests)
-}
-
-// RequestAllowed reports whether one more request may be active.
-func (c CircuitBreakerThresholds) RequestAllowed(active uint64) bool {
-	return active < uint64(c.MaxRequests)
-}
-
-// ConnectionPoolAllowed reports whether one more connection pool may be
-// created; always true when MaxConnectionPools is 0.
-func (c CircuitBreakerThresholds) ConnectionPoolAllowed(pools uint64) bool {
-	return c.MaxConnectionPools == 0 || pools < uint64(c.MaxConnectionPools)
 }
 
 // RetryDecision is the outcome of a retry decision for a failed attempt.
@@ -553,12 +478,12 @@ func (d RetryDecision) String() string {
 
 // Flag returns the response flag Envoy's router sets for d: URX for
 // RetryLimitExceeded, UO for RetryOverflow, none otherwise.
-func (d RetryDecision) Flag() ResponseFlags {
+func (d RetryDecision) Flag() respflag.ResponseFlags {
 	switch d {
 	case RetryLimitExceeded:
-		return FlagURX
+		return respflag.FlagURX
 	case RetryOverflow:
-		return FlagUO
+		return respflag.FlagUO
 	}
 	return 0
 }
@@ -597,7 +522,7 @@ func (s RetryStats) Each(f func(name string)) {
 // Initialise it with Init; the zero value never retries.
 type RetryState struct {
 	policy    *RetryPolicy
-	rnd       Random
+	rnd       lb.Random
 	backoff   JitteredBackoff
 	remaining uint32
 	started   bool       // some attempt sent request bytes
@@ -605,13 +530,13 @@ type RetryState struct {
 	stats     RetryStats // counters of the last decision
 	// priorities is the policy's retry priority plugin, disabled when the
 	// policy configures none.
-	priorities PreviousPriorities
+	priorities lb.PreviousPriorities
 }
 
 // Init prepares s for a new request under p (which must stay unchanged
 // while s is in use) and rnd. p is used as given, so pass p.WithDefaults();
 // only a zero back-off base falls back to the 25 ms default.
-func (s *RetryState) Init(p *RetryPolicy, rnd Random) {
+func (s *RetryState) Init(p *RetryPolicy, rnd lb.Random) {
 	*s = RetryState{policy: p, rnd: rnd}
 	if p == nil {
 		return
@@ -709,7 +634,7 @@ func (s *RetryState) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Dur
 
 // OnHostAttempted records the host an attempt went to (every attempt, the
 // first included), for the retry priority plugin.
-func (s *RetryState) OnHostAttempted(h *Host) {
+func (s *RetryState) OnHostAttempted(h *lb.Host) {
 	if h != nil {
 		s.priorities.OnHostAttempted(h.Priority)
 	}
@@ -717,7 +642,7 @@ func (s *RetryState) OnHostAttempted(h *Host) {
 
 // RetryPriority returns the request's retry priority plugin, to pass as
 // PickContext.RetryPriority, or nil when the policy configures none.
-func (s *RetryState) RetryPriority() *PreviousPriorities {
+func (s *RetryState) RetryPriority() *lb.PreviousPriorities {
 	if !s.priorities.Enabled() {
 		return nil
 	}

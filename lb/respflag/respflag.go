@@ -1,4 +1,8 @@
-package lb
+// Package respflag holds Envoy's response flags (%RESPONSE_FLAGS%): the
+// bit set a request's outcome carries into access logs and stats, its
+// short and long spellings, and parsing of a rendered value. It is pure, as
+// lb is: no I/O, no goroutines, no clock.
+package respflag
 
 import (
 	"fmt"
@@ -143,7 +147,7 @@ func ParseResponseFlag(short string) (ResponseFlags, error) {
 			return responseFlagTable[i].Flag, nil
 		}
 	}
-	return 0, fmt.Errorf("lb: unknown response flag %q", short)
+	return 0, fmt.Errorf("respflag: unknown response flag %q", short)
 }
 
 // ParseResponseFlags parses a rendered %RESPONSE_FLAGS% value: "-" or short
