@@ -139,7 +139,7 @@ type logExtra struct {
 }
 
 // write renders e into worker's buffer.
-func (a *accessLogger) write(worker int, e *accesslog.AccessLogEntry, x logExtra) {
+func (a *accessLogger) write(worker int, e *accesslog.Entry, x logExtra) {
 	if a == nil || a.off {
 		return
 	}
@@ -187,7 +187,7 @@ func appendDash(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func renderJSON(e *accesslog.AccessLogEntry, x logExtra) []byte {
+func renderJSON(e *accesslog.Entry, x logExtra) []byte {
 	dash := func(s string) any {
 		if s == "" {
 			return nil

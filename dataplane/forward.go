@@ -254,7 +254,7 @@ func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res 
 		<-errc
 	}
 	if errors.Is(context.Cause(req.Context()), errStreamIdleTimeout) {
-		ex.flags |= respflag.FlagSI
+		ex.flags |= respflag.SI
 		ex.details = detailStreamIdleTimeout
 	}
 }

@@ -78,5 +78,5 @@ func TestGRPCUnaryAndStreaming(t *testing.T) {
 		t.Errorf("dead upstream: %v, want Unavailable with the reset reason", err)
 	}
 	logs.waitLine(t, `"POST /grpc.health.v1.Health/Check HTTP/2.0" 200 UF `)
-	_ = respflag.FlagUF
+	_ = respflag.UF
 }

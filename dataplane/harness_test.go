@@ -128,12 +128,12 @@ func endpoint(addr, zone string) lb.Endpoint {
 // testCluster is a round-robin cluster with Envoy's defaults.
 func testCluster(name string, eps ...lb.Endpoint) config.Cluster {
 	return config.Cluster{Name: name, LB: lb.DefaultClusterConfig(), Endpoints: eps, ConnectTimeout: time.Second,
-		CircuitBreakers: circuitbreaker.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1}
+		CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1}
 }
 
 // testConfig routes an outbound listener on 127.0.0.1:0 (original
 // destination 10.96.0.10:80, host "echo") to cluster echo.
-func testConfig(retry retry.RetryPolicy, clusters ...config.Cluster) *config.Config {
+func testConfig(retry retry.Policy, clusters ...config.Cluster) *config.Config {
 	return &config.Config{
 		Node:         config.Node{ID: "test", Cluster: "client", Locality: lb.Locality{Region: "r1", Zone: "a"}},
 		Admin:        "127.0.0.1:0",
@@ -150,7 +150,7 @@ func testConfig(retry retry.RetryPolicy, clusters ...config.Cluster) *config.Con
 }
 
 // noRetry is a policy that never retries.
-var noRetry = retry.RetryPolicy{}
+var noRetry = retry.Policy{}
 
 func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
 	t.Helper()

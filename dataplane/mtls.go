@@ -178,9 +178,9 @@ func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
 // logConnRefused writes the access-log line of an inbound connection
 // refused before it reached a route.
 func (w *worker) logConnRefused(info connInfo, details, failure string) {
-	e := accesslog.AccessLogEntry{StartTime: info.start, UpstreamServiceTime: -1, Duration: time.Since(info.start)}
+	e := accesslog.Entry{StartTime: info.start, UpstreamServiceTime: -1, Duration: time.Since(info.start)}
 	if details == "filter_chain_not_found" {
-		e.Flags |= respflag.FlagNR
+		e.Flags |= respflag.NR
 	}
 	w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, downstreamPeer: info.peer})
 }

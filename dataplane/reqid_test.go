@@ -39,7 +39,7 @@ func TestGeneratedRequestIDOutlivesTheWriter(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	cl := testCluster("echo", endpoint(l.Addr().String(), "a"))
 	cl.Protocol = config.UpstreamHTTP2
-	s, _ := startServer(t, testConfig(retry.RetryPolicy{PerTryTimeout: 5 * time.Second}, cl))
+	s, _ := startServer(t, testConfig(retry.Policy{PerTryTimeout: 5 * time.Second}, cl))
 	c := dialProxy(t, s)
 	br := bufio.NewReader(c)
 	dups := 0

@@ -33,7 +33,7 @@ func TestHTTPRetryPriorityLeavesAttemptedPriority(t *testing.T) {
 		{0, 503, ""},
 		{1, 200, "backup"},
 	} {
-		policy := retry.RetryPolicy{RetryOn: retry.Retry5xx, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond,
+		policy := retry.Policy{RetryOn: retry.On5xx, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond,
 			RetryPriorityUpdateFrequency: tt.updateFrequency}.WithDefaults()
 		s, _ := startServer(t, testConfig(policy, testCluster("echo", a, b, backup)))
 		p0Hits.Store(0)

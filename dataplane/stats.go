@@ -99,7 +99,7 @@ type requestKey struct {
 	cluster    string
 	protocol   string // "http", "grpc" or "tcp"
 	code       int
-	flags      respflag.ResponseFlags
+	flags      respflag.Flags
 	grpcStatus string
 	// Identities ("" renders "unknown") and "mutual_tls" or "none".
 	sourcePrincipal, destPrincipal, security string

@@ -12,9 +12,9 @@ import (
 // setting), so only DEFAULT thresholds can ever apply; HIGH thresholds are
 // checked like DEFAULT ones, so that configs written for Envoy load, and
 // then dropped. Unset limits take Envoy's defaults
-// (circuitbreaker.DefaultCircuitBreakerThresholds).
-func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (circuitbreaker.CircuitBreakerThresholds, error) {
-	out := circuitbreaker.DefaultCircuitBreakerThresholds()
+// (circuitbreaker.DefaultThresholds).
+func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (circuitbreaker.Thresholds, error) {
+	out := circuitbreaker.DefaultThresholds()
 	if err := rejectUnsupported(p, cb, "thresholds"); err != nil {
 		return out, err
 	}
@@ -43,8 +43,8 @@ func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (circuitbre
 
 // translateThresholds reads one priority's thresholds. track_remaining is
 // rejected: meshlet has no remaining_* gauges yet.
-func translateThresholds(p path, t *clusterv3.CircuitBreakers_Thresholds) (circuitbreaker.CircuitBreakerThresholds, error) {
-	out := circuitbreaker.DefaultCircuitBreakerThresholds()
+func translateThresholds(p path, t *clusterv3.CircuitBreakers_Thresholds) (circuitbreaker.Thresholds, error) {
+	out := circuitbreaker.DefaultThresholds()
 	if err := rejectUnsupported(p, t, "priority", "max_connections", "max_pending_requests",
 		"max_requests", "max_retries", "retry_budget", "max_connection_pools"); err != nil {
 		return out, err

@@ -66,7 +66,7 @@ func translateCluster(c *clusterv3.Cluster) (config.Cluster, error) {
 		ConnectTimeout:         config.DefaultConnectTimeout,
 		IdleTimeout:            config.DefaultUpstreamIdleTimeout,
 		Protocol:               config.UpstreamHTTP1,
-		CircuitBreakers:        circuitbreaker.DefaultCircuitBreakerThresholds(),
+		CircuitBreakers:        circuitbreaker.DefaultThresholds(),
 	}
 	var err error
 	if c.ConnectTimeout != nil {

@@ -25,7 +25,7 @@ func TestTranslateClusterDefaults(t *testing.T) {
 		ConnectTimeout:         config.DefaultConnectTimeout,
 		IdleTimeout:            config.DefaultUpstreamIdleTimeout,
 		Protocol:               config.UpstreamHTTP1,
-		CircuitBreakers:        circuitbreaker.DefaultCircuitBreakerThresholds(),
+		CircuitBreakers:        circuitbreaker.DefaultThresholds(),
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -271,7 +271,7 @@ func TestTranslateClusterCircuitBreakers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eq(t, c.CircuitBreakers, circuitbreaker.CircuitBreakerThresholds{MaxConnections: 100, MaxPendingRequests: 50,
+		eq(t, c.CircuitBreakers, circuitbreaker.Thresholds{MaxConnections: 100, MaxPendingRequests: 50,
 			MaxRequests: 200, MaxRetries: 5, MaxConnectionPools: 7,
 			RetryBudget: &circuitbreaker.RetryBudget{BudgetPercent: 25, MinRetryConcurrency: 4}})
 	})
@@ -280,7 +280,7 @@ func TestTranslateClusterCircuitBreakers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := circuitbreaker.DefaultCircuitBreakerThresholds()
+		want := circuitbreaker.DefaultThresholds()
 		want.MaxRequests = 10
 		budget := circuitbreaker.DefaultRetryBudget()
 		want.RetryBudget = &budget

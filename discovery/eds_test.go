@@ -137,9 +137,9 @@ func TestServiceRoutesRouteAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, _ := retry.ParseRetryOn("5xx")
+	on, _ := retry.ParseOn("5xx")
 	eq(t, routes[0].Timeout, 2*time.Second)
-	eq(t, routes[0].Retry, retry.RetryPolicy{RetryOn: on, NumRetries: 3}.WithDefaults())
+	eq(t, routes[0].Retry, retry.Policy{RetryOn: on, NumRetries: 3}.WithDefaults())
 
 	bad := func(mutate func(*clusterv3.Cluster), part string) {
 		t.Helper()

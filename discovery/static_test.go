@@ -145,7 +145,7 @@ listeners:
 	eq(t, r.Destination, ":80")
 	eq(t, r.Hosts, []string{"echo", "*.echo.svc"})
 	eq(t, r.Timeout, time.Duration(0))
-	eq(t, r.Retry.RetryOn, retry.RetryGatewayError)
+	eq(t, r.Retry.RetryOn, retry.OnGatewayError)
 	eq(t, r.Retry.NumRetries, uint32(4))
 	tcp := cfg.Listeners[1]
 	eq(t, tcp.OriginalDestination, "10.96.0.20:9000")

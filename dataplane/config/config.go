@@ -235,7 +235,7 @@ type Route struct {
 	Cluster string
 	// Timeout covers all attempts of an HTTP request (0 = no timeout).
 	Timeout time.Duration
-	Retry   retry.RetryPolicy
+	Retry   retry.Policy
 }
 
 // HealthCheckKind is the active health checker type.
@@ -295,7 +295,7 @@ type Cluster struct {
 	// MaxRequestsPerConnection, 0 = unlimited.
 	MaxRequestsPerConnection uint32
 	Protocol                 UpstreamProtocol
-	CircuitBreakers          circuitbreaker.CircuitBreakerThresholds
+	CircuitBreakers          circuitbreaker.Thresholds
 	// Outlier is nil when outlier detection is off.
 	Outlier *lb.OutlierConfig
 	// HealthChecks; IgnoreNewHostsUntilFirstHC mirrors Envoy's flag.

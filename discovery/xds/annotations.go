@@ -206,7 +206,7 @@ func parseOutlier(ann map[string]string, s *serviceSettings, bad func(a, reason 
 // ones keep meshlet's defaults (one retry on connect-failure and
 // refused-stream, discovery.DefaultRetryPolicy).
 func parseRetry(ann map[string]string, s *serviceSettings, bad func(a, reason string, args ...any) error) error {
-	rp := routev3.RetryPolicy{RetryOn: retry.DefaultRetryOn.String(), NumRetries: wrapperspb.UInt32(1)}
+	rp := routev3.RetryPolicy{RetryOn: retry.DefaultOn.String(), NumRetries: wrapperspb.UInt32(1)}
 	set := false
 	if v, ok := ann[AnnotationRetries]; ok {
 		n, err := parseUint(v, 0, math.MaxUint32)
@@ -216,7 +216,7 @@ func parseRetry(ann map[string]string, s *serviceSettings, bad func(a, reason st
 		rp.NumRetries, set = wrapperspb.UInt32(uint32(n)), true
 	}
 	if v, ok := ann[AnnotationRetryOn]; ok {
-		if _, err := retry.ParseRetryOn(v); err != nil {
+		if _, err := retry.ParseOn(v); err != nil {
 			return bad(AnnotationRetryOn, "%s", strings.TrimPrefix(err.Error(), "retry: retry_on: "))
 		}
 		rp.RetryOn, set = strings.TrimSpace(v), true

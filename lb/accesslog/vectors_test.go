@@ -33,14 +33,14 @@ func TestMeshletVectors(t *testing.T) {
 	}
 }
 
-// retryVecDefaultLine matches one line of DefaultAccessLogFormat.
+// retryVecDefaultLine matches one line of DefaultFormat.
 var retryVecDefaultLine = regexp.MustCompile(`^\[(\S+)\] "(\S+) (\S+) (\S+)" (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) "([^"]*)" "([^"]*)" "([^"]*)" "([^"]*)" "([^"]*)"\n?$`)
 
-// accessLogEntryFromLine builds the AccessLogEntry a rendered line came from.
-func accessLogEntryFromLine(line string) (AccessLogEntry, error) {
+// accessLogEntryFromLine builds the Entry a rendered line came from.
+func accessLogEntryFromLine(line string) (Entry, error) {
 	m := retryVecDefaultLine.FindStringSubmatch(line)
 	if m == nil {
-		return AccessLogEntry{}, fmt.Errorf("line does not match the default format: %q", line)
+		return Entry{}, fmt.Errorf("line does not match the default format: %q", line)
 	}
 	str := func(s string) string {
 		if s == "-" {
@@ -62,7 +62,7 @@ func accessLogEntryFromLine(line string) (AccessLogEntry, error) {
 		}
 		return time.Duration(num(s)) * time.Millisecond
 	}
-	var e AccessLogEntry
+	var e Entry
 	if m[1] != "-" {
 		t, err := time.Parse(startTimeLayout, m[1])
 		if err != nil {
@@ -72,7 +72,7 @@ func accessLogEntryFromLine(line string) (AccessLogEntry, error) {
 	}
 	e.Method, e.Path, e.Protocol = str(m[2]), str(m[3]), str(m[4])
 	e.ResponseCode = int(num(m[5]))
-	flags, err := respflag.ParseResponseFlags(m[6])
+	flags, err := respflag.Parse(m[6])
 	if err != nil {
 		return e, err
 	}
@@ -91,14 +91,14 @@ func runAccessLogVector(t *testing.T, v vectortest.Vector) {
 
 	var flags []struct{ Short, Long string }
 	if vectortest.Take(t, v, exp, "flags", &flags) {
-		byLong := map[string]respflag.ResponseFlags{}
-		for _, n := range respflag.ResponseFlagNames() {
+		byLong := map[string]respflag.Flags{}
+		for _, n := range respflag.Names() {
 			byLong[n.Long] = n.Flag
 		}
 		seen := map[string]bool{}
 		for _, w := range flags {
 			seen[w.Short] = true
-			f, err := respflag.ParseResponseFlag(w.Short)
+			f, err := respflag.Lookup(w.Short)
 			if err != nil {
 				t.Errorf("flags %s: %v", w.Short, err)
 				continue
@@ -113,7 +113,7 @@ func runAccessLogVector(t *testing.T, v vectortest.Vector) {
 				t.Errorf("flags %s: long name %q maps to %v, want %v", w.Short, w.Long, got, f)
 			}
 		}
-		for _, n := range respflag.ResponseFlagNames() {
+		for _, n := range respflag.Names() {
 			if !seen[n.Short] {
 				t.Errorf("flags: table has %s/%s, vector does not", n.Short, n.Long)
 			}
@@ -121,16 +121,16 @@ func runAccessLogVector(t *testing.T, v vectortest.Vector) {
 	}
 	var none string
 	if vectortest.Take(t, v, exp, "none", &none) {
-		if got := respflag.ResponseFlags(0).Short(); got != none {
+		if got := respflag.Flags(0).Short(); got != none {
 			t.Errorf("none: Short() got %q, want %q", got, none)
 		}
-		if got := respflag.ResponseFlags(0).Long(); got != none {
+		if got := respflag.Flags(0).Long(); got != none {
 			t.Errorf("none: Long() got %q, want %q", got, none)
 		}
 	}
 	var sep string
 	if vectortest.Take(t, v, exp, "separator", &sep) {
-		a, b := respflag.ResponseFlagNames()[0], respflag.ResponseFlagNames()[1]
+		a, b := respflag.Names()[0], respflag.Names()[1]
 		if got, want := (a.Flag | b.Flag).Short(), a.Short+sep+b.Short; got != want {
 			t.Errorf("separator: Short() got %q, want %q", got, want)
 		}
@@ -139,8 +139,8 @@ func runAccessLogVector(t *testing.T, v vectortest.Vector) {
 		}
 	}
 	var format string
-	if vectortest.Take(t, v, exp, "format", &format) && format != DefaultAccessLogFormat {
-		t.Errorf("format: got %q, want %q", DefaultAccessLogFormat, format)
+	if vectortest.Take(t, v, exp, "format", &format) && format != DefaultFormat {
+		t.Errorf("format: got %q, want %q", DefaultFormat, format)
 	}
 	var line string
 	if vectortest.Take(t, v, exp, "example_line", &line) {

@@ -8,9 +8,9 @@ package circuitbreaker
 
 import "math"
 
-// CircuitBreakerThresholds are one routing priority's circuit-breaker limits.
+// Thresholds are one routing priority's circuit-breaker limits.
 // A resource is admitted while its current count is below the limit.
-type CircuitBreakerThresholds struct {
+type Thresholds struct {
 	MaxConnections, MaxPendingRequests, MaxRequests, MaxRetries uint32
 	// MaxConnectionPools limits concurrent connection pools; 0 = unlimited
 	// (Envoy's default).
@@ -26,10 +26,10 @@ type RetryBudget struct {
 	MinRetryConcurrency uint32  // floor on the limit
 }
 
-// DefaultCircuitBreakerThresholds returns Envoy's defaults: 1024 connections,
+// DefaultThresholds returns Envoy's defaults: 1024 connections,
 // pending requests and requests, 3 retries, unlimited pools, no budget.
-func DefaultCircuitBreakerThresholds() CircuitBreakerThresholds {
-	return CircuitBreakerThresholds{
+func DefaultThresholds() Thresholds {
+	return Thresholds{
 		MaxConnections:     1024,
 		MaxPendingRequests: 1024,
 		MaxRequests:        1024,
@@ -58,7 +58,7 @@ func (b RetryBudget) MaxActiveRetries(activeRequests, pendingRequests uint64) ui
 
 // MaxActiveRetries returns the current retry limit: the budget's when one is
 // configured, MaxRetries otherwise.
-func (c CircuitBreakerThresholds) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
+func (c Thresholds) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
 	if c.RetryBudget != nil {
 		return c.RetryBudget.MaxActiveRetries(activeRequests, pendingRequests)
 	}
@@ -66,29 +66,29 @@ func (c CircuitBreakerThresholds) MaxActiveRetries(activeRequests, pendingReques
 }
 
 // RetryAllowed reports whether one more retry may start (activeRetries is
-// below the limit). Its result is the cbAllows argument of RetryState.
-func (c CircuitBreakerThresholds) RetryAllowed(activeRetries, activeRequests, pendingRequests uint64) bool {
+// below the limit). Its result is the cbAllows argument of retry.State.
+func (c Thresholds) RetryAllowed(activeRetries, activeRequests, pendingRequests uint64) bool {
 	return activeRetries < c.MaxActiveRetries(activeRequests, pendingRequests)
 }
 
 // ConnectionAllowed reports whether one more upstream connection may open.
-func (c CircuitBreakerThresholds) ConnectionAllowed(active uint64) bool {
+func (c Thresholds) ConnectionAllowed(active uint64) bool {
 	return active < uint64(c.MaxConnections)
 }
 
 // PendingRequestAllowed reports whether one more request may queue for a
 // connection.
-func (c CircuitBreakerThresholds) PendingRequestAllowed(pending uint64) bool {
+func (c Thresholds) PendingRequestAllowed(pending uint64) bool {
 	return pending < uint64(c.MaxPendingRequests)
 }
 
 // RequestAllowed reports whether one more request may be active.
-func (c CircuitBreakerThresholds) RequestAllowed(active uint64) bool {
+func (c Thresholds) RequestAllowed(active uint64) bool {
 	return active < uint64(c.MaxRequests)
 }
 
 // ConnectionPoolAllowed reports whether one more connection pool may be
 // created; always true when MaxConnectionPools is 0.
-func (c CircuitBreakerThresholds) ConnectionPoolAllowed(pools uint64) bool {
+func (c Thresholds) ConnectionPoolAllowed(pools uint64) bool {
 	return c.MaxConnectionPools == 0 || pools < uint64(c.MaxConnectionPools)
 }

@@ -32,7 +32,7 @@ func TestRetryBudgetMax(t *testing.T) {
 }
 
 func TestCircuitBreakerThresholds(t *testing.T) {
-	c := DefaultCircuitBreakerThresholds()
+	c := DefaultThresholds()
 	if c.MaxConnections != 1024 || c.MaxPendingRequests != 1024 || c.MaxRequests != 1024 || c.MaxRetries != 3 || c.MaxConnectionPools != 0 || c.RetryBudget != nil {
 		t.Fatalf("defaults: %+v", c)
 	}

@@ -57,7 +57,7 @@ func runRetryBudgetVector(t *testing.T, v vectortest.Vector) {
 			t.Errorf("max_retries[%d]: got %d, want %d", i, got, want[i])
 		}
 		// The budget replaces max_retries: admitted iff below the limit.
-		cb := DefaultCircuitBreakerThresholds()
+		cb := DefaultThresholds()
 		cb.RetryBudget = &b
 		if want[i] > 0 && !cb.RetryAllowed(want[i]-1, active, pending) {
 			t.Errorf("max_retries[%d]: RetryAllowed(%d) = false, want true", i, want[i]-1)
@@ -72,7 +72,7 @@ func runCircuitBreakerVector(t *testing.T, v vectortest.Vector) {
 	in := vectortest.Fields(t, v, v.Input, "input")
 	vectortest.RejectRest(t, v, in, "input") // only defaults are defined
 	exp := vectortest.Fields(t, v, v.Expected, "expected")
-	cb := DefaultCircuitBreakerThresholds()
+	cb := DefaultThresholds()
 	limits := map[string]uint32{
 		"max_connections":      cb.MaxConnections,
 		"max_pending_requests": cb.MaxPendingRequests,

@@ -86,7 +86,7 @@ func runRetryBackoffVector(t *testing.T, v vectortest.Vector) {
 		t.Fatalf("vector %s: want exactly one of random, randoms", v.ID)
 	}
 	if !hasBase {
-		base = uint64(DefaultRetryBaseInterval / time.Millisecond)
+		base = uint64(DefaultBaseInterval / time.Millisecond)
 	}
 	newRand := func() lb.Random {
 		if hasOne {
@@ -163,7 +163,7 @@ func runRetryBackoffVector(t *testing.T, v vectortest.Vector) {
 
 // retryVecCase is one decision-table row, decoded field by field.
 type retryVecCase struct {
-	policy   RetryPolicy
+	policy   Policy
 	isReset  bool
 	response UpstreamResponse
 	reset    UpstreamReset
@@ -172,10 +172,10 @@ type retryVecCase struct {
 func decodeRetryCase(t *testing.T, v vectortest.Vector, i int, raw json.RawMessage) retryVecCase {
 	t.Helper()
 	f := vectortest.Fields(t, v, raw, fmt.Sprintf("cases[%d]", i))
-	c := retryVecCase{policy: RetryPolicy{NumRetries: 1}.WithDefaults(), response: UpstreamResponse{GRPCStatus: -1}}
+	c := retryVecCase{policy: Policy{NumRetries: 1}.WithDefaults(), response: UpstreamResponse{GRPCStatus: -1}}
 	var names []string
 	if vectortest.Take(t, v, f, "retry_on", &names) {
-		on, err := ParseRetryOn(strings.Join(names, ","))
+		on, err := ParseOn(strings.Join(names, ","))
 		if err != nil {
 			t.Fatalf("vector %s: cases[%d].retry_on: %v", v.ID, i, err)
 		}
@@ -223,9 +223,9 @@ func runRetryPolicyVector(t *testing.T, v vectortest.Vector) {
 	for i, raw := range cases {
 		c := decodeRetryCase(t, v, i, raw)
 		var got bool
-		var s RetryState
+		var s State
 		s.Init(&c.policy, &retryVecRand{t: t, vals: []uint64{0}, repeat: true})
-		var d RetryDecision
+		var d Decision
 		if c.isReset {
 			got = WouldRetryOnReset(&c.policy, c.reset.Reason, c.reset.RequestStarted)
 			d, _ = s.OnUpstreamReset(c.reset, true)
@@ -236,13 +236,13 @@ func runRetryPolicyVector(t *testing.T, v vectortest.Vector) {
 		if got != want[i] {
 			t.Errorf("would_retry[%d] (%s): got %v, want %v", i, raw, got, want[i])
 		}
-		// With a retry left and the breaker admitting, RetryState agrees.
-		wantD := RetryNo
+		// With a retry left and the breaker admitting, State agrees.
+		wantD := No
 		if want[i] {
-			wantD = RetryYes
+			wantD = Yes
 		}
 		if c.policy.NumRetries > 0 && d != wantD {
-			t.Errorf("would_retry[%d] (%s): RetryState decision %v, want %v", i, raw, d, wantD)
+			t.Errorf("would_retry[%d] (%s): State decision %v, want %v", i, raw, d, wantD)
 		}
 	}
 }

@@ -62,7 +62,7 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		name := fmt.Sprintf("inbound|%d", p)
 		cfg.Clusters = append(cfg.Clusters, config.Cluster{Name: name, LB: lb.DefaultClusterConfig(),
 			Endpoints: []lb.Endpoint{{Address: fmt.Sprintf("127.0.0.1:%d", p)}}, ConnectTimeout: time.Second,
-			CircuitBreakers: circuitbreaker.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1, IdleTimeout: config.DefaultUpstreamIdleTimeout})
+			CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1, IdleTimeout: config.DefaultUpstreamIdleTimeout})
 		cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: name, Destination: fmt.Sprintf(":%d", p),
 			Cluster: name, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
 	}

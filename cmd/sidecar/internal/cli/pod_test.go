@@ -90,7 +90,7 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 		if err == nil {
 			t.Fatal("a route to a missing cluster was accepted")
 		}
-		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: circuitbreaker.DefaultCircuitBreakerThresholds()}},
+		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: circuitbreaker.DefaultThresholds()}},
 			[]config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "c"}})
 		if err != nil {
 			t.Fatal(err)
