@@ -28,11 +28,16 @@ var clockFuncs = map[string]bool{
 // than minFiles source files, so that a wrong directory does not pass.
 func Check(t testing.TB, minFiles int, allowed ...string) {
 	t.Helper()
+	check(t, ".", minFiles, allowed)
+}
+
+func check(t testing.TB, dir string, minFiles int, allowed []string) {
+	t.Helper()
 	ok := map[string]bool{}
 	for _, p := range allowed {
 		ok[p] = true
 	}
-	files, err := filepath.Glob("*.go")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +48,7 @@ func Check(t testing.TB, minFiles int, allowed ...string) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
+		name = filepath.Base(name)
 		if err != nil {
 			t.Fatal(err)
 		}
