@@ -33,7 +33,7 @@ unit:
 # The Envoy conformance vectors, with their summary line
 # (MESHLET_LB_VECTORS=path runs another file of the same schema).
 vectors:
-	@$(GO) test $(TESTFLAGS) -count=1 -run '^TestEnvoyVectors$$' -v ./lb/ | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
+	@$(GO) test $(TESTFLAGS) -count=1 -run '^TestEnvoyVectors$$' -v ./lb/... | grep -E 'passed, [0-9]+ failed|^(ok|FAIL)'
 
 # End-to-end tests against a real etcd + kube-apiserver + controller
 # manager, SPIRE, and real nodes (kubelet, kube-scheduler; containerd, runc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the lb benchmarks (pick cost, snapshot rebuild, Maglev and ring
-# build) and rewrites the lb section of bench/RESULTS.md with the results.
+# build; the retry state and access-log line of lb/retry and lb/accesslog)
+# and rewrites the lb section of bench/RESULTS.md with the results.
 # Usage: bench/lb.sh [benchtime]   (default 1s; e.g. 2s, 200000x)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +9,7 @@ benchtime=${1:-1s}
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 go test -run '^$' -bench 'BenchmarkPick|BenchmarkSnapshotBuild|BenchmarkMaglev|BenchmarkRing|BenchmarkRetryState|BenchmarkAppendDefault' \
-  -benchtime "$benchtime" -count 1 ./lb/ | tee "$raw"
+  -benchtime "$benchtime" -count 1 ./lb/ ./lb/retry/ ./lb/accesslog/ | tee "$raw"
 
 cpu=$(grep -m1 '^cpu:' "$raw" | sed 's/^cpu: //')
 # unit VALUE for a benchmark line: the field before "ns/op", "B/op", ...

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
 )
 
 // accessLogger renders lines on the request goroutine into its worker's
@@ -139,7 +139,7 @@ type logExtra struct {
 }
 
 // write renders e into worker's buffer.
-func (a *accessLogger) write(worker int, e *lb.AccessLogEntry, x logExtra) {
+func (a *accessLogger) write(worker int, e *accesslog.Entry, x logExtra) {
 	if a == nil || a.off {
 		return
 	}
@@ -187,7 +187,7 @@ func appendDash(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func renderJSON(e *lb.AccessLogEntry, x logExtra) []byte {
+func renderJSON(e *accesslog.Entry, x logExtra) []byte {
 	dash := func(s string) any {
 		if s == "" {
 			return nil

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // forward sends a routed request upstream through the router (route) and
@@ -254,7 +254,7 @@ func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res 
 		<-errc
 	}
 	if errors.Is(context.Cause(req.Context()), errStreamIdleTimeout) {
-		ex.flags |= lb.FlagSI
+		ex.flags |= respflag.SI
 		ex.details = detailStreamIdleTimeout
 	}
 }

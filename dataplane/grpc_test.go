@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // gRPC (HTTP/2 prior knowledge) through the proxy to an h2c upstream:
@@ -78,5 +78,5 @@ func TestGRPCUnaryAndStreaming(t *testing.T) {
 		t.Errorf("dead upstream: %v, want Unavailable with the reset reason", err)
 	}
 	logs.waitLine(t, `"POST /grpc.health.v1.Health/Check HTTP/2.0" 200 UF `)
-	_ = lb.FlagUF
+	_ = respflag.UF
 }

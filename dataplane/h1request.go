@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // The downstream HTTP/1 request checks (h1request.go).
@@ -34,7 +35,7 @@ type reqReject struct {
 	code int
 	// details is Envoy's %RESPONSE_CODE_DETAILS% for the refusal.
 	details string
-	flags   lb.ResponseFlags
+	flags   respflag.Flags
 	// why says what was wrong, naming the input; the access log's
 	// failure reason.
 	why string
@@ -100,7 +101,7 @@ type headParse struct {
 
 // fail is a refusal of the head parsed so far.
 func (p *headParse) fail(code int, details, why string) *reqReject {
-	r := &reqReject{code: code, details: details, flags: lb.FlagDPE, why: why,
+	r := &reqReject{code: code, details: details, flags: respflag.DPE, why: why,
 		method: string(p.method), target: string(p.target), authority: string(p.host)}
 	if len(p.version) == 8 {
 		r.proto = string(p.version)
@@ -493,10 +494,10 @@ func (c *h1ServerConn) reject(r *reqReject) {
 	if proto == "" {
 		proto = "HTTP/1.1"
 	}
-	e := lb.AccessLogEntry{StartTime: time.Now(), Method: dash(r.method), Path: dash(r.target), Protocol: proto, ResponseCode: r.code,
+	e := accesslog.Entry{StartTime: time.Now(), Method: dash(r.method), Path: dash(r.target), Protocol: proto, ResponseCode: r.code,
 		Flags: r.flags, UpstreamServiceTime: -1, Authority: r.authority, BytesSent: uint64(len(text))}
 	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: r.details, failure: r.why, downstreamPeer: info.peer})
-	if r.flags&lb.FlagDPE != 0 {
+	if r.flags&respflag.DPE != 0 {
 		c.w.s.countProtocolError(c.w.s.state.Load(), info)
 	}
 	_ = c.sc.SetWriteDeadline(time.Now().Add(time.Second))

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // headSeeds are request heads with what checkRequestHead answers: 0 for
@@ -95,7 +95,7 @@ func TestCheckRequestHead(t *testing.T) {
 			t.Errorf("%q: passed, want %d %s", c.head, c.code, c.details)
 		case rej != nil && (rej.code != c.code || rej.details != c.details):
 			t.Errorf("%q: %d %s (%s), want %d %s", c.head, rej.code, rej.details, rej.why, c.code, c.details)
-		case rej != nil && (rej.flags&lb.FlagDPE != 0) == (c.code == http.StatusMethodNotAllowed):
+		case rej != nil && (rej.flags&respflag.DPE != 0) == (c.code == http.StatusMethodNotAllowed):
 			t.Errorf("%q: flags %s", c.head, rej.flags.Short())
 		}
 		if rej == nil {

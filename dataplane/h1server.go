@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -379,7 +379,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			return
 		}
 		if emptied, tooMany := c.skipLineEnds(); tooMany {
-			c.reject(&reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE,
+			c.reject(&reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE,
 				why: "more than " + strconv.Itoa(maxSkippedLineEnds) + " bytes of empty lines before a request"})
 			return
 		} else if emptied {
@@ -608,7 +608,7 @@ func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 // over maxRequestHeaderBytes (http1.headers_too_large), else 400
 // (http1.codec_error), flagged DPE.
 func (c *h1ServerConn) badRequest(err error) {
-	r := &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE, why: err.Error()}
+	r := &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE, why: err.Error()}
 	if c.src.hit {
 		r.code, r.details = http.StatusRequestHeaderFieldsTooLarge, detailHeadersTooLarge
 		r.why = "request head over " + strconv.Itoa(maxRequestHeaderBytes) + " bytes"
@@ -656,7 +656,7 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 				// Not a request line so far (bytes of another
 				// protocol on an HTTP listener): refused now, not once
 				// a head arrives.
-				return &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: lb.FlagDPE,
+				return &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE,
 					why: "malformed request line " + quoteInput(b)}, nil
 			}
 			if len(b) < br.Size() {

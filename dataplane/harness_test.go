@@ -14,6 +14,8 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // The tests run real upstream servers on loopback addresses (127.0.0.x
@@ -126,12 +128,12 @@ func endpoint(addr, zone string) lb.Endpoint {
 // testCluster is a round-robin cluster with Envoy's defaults.
 func testCluster(name string, eps ...lb.Endpoint) config.Cluster {
 	return config.Cluster{Name: name, LB: lb.DefaultClusterConfig(), Endpoints: eps, ConnectTimeout: time.Second,
-		CircuitBreakers: lb.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1}
+		CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1}
 }
 
 // testConfig routes an outbound listener on 127.0.0.1:0 (original
 // destination 10.96.0.10:80, host "echo") to cluster echo.
-func testConfig(retry lb.RetryPolicy, clusters ...config.Cluster) *config.Config {
+func testConfig(retry retry.Policy, clusters ...config.Cluster) *config.Config {
 	return &config.Config{
 		Node:         config.Node{ID: "test", Cluster: "client", Locality: lb.Locality{Region: "r1", Zone: "a"}},
 		Admin:        "127.0.0.1:0",
@@ -148,7 +150,7 @@ func testConfig(retry lb.RetryPolicy, clusters ...config.Cluster) *config.Config
 }
 
 // noRetry is a policy that never retries.
-var noRetry = lb.RetryPolicy{}
+var noRetry = retry.Policy{}
 
 func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
 	t.Helper()

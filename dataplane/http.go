@@ -29,6 +29,9 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // maxRetryBody is the request body meshlet buffers so it can resend it on a
@@ -43,7 +46,7 @@ type exchange struct {
 	cluster *cluster
 	stats   *clusterStats
 	body    []byte // buffered body for retries; nil: not replayable
-	flags   lb.ResponseFlags
+	flags   respflag.Flags
 	details string // %RESPONSE_CODE_DETAILS%
 	failure string // %UPSTREAM_TRANSPORT_FAILURE_REASON%
 	host    string // the last upstream host tried
@@ -197,7 +200,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 			ex.stats.gauge(gUpstreamRqActive, -1)
 			ex.stats.inc(cUpstreamRqCompleted)
 		}
-		if ex.flags&lb.FlagSI != 0 {
+		if ex.flags&respflag.SI != 0 {
 			w.s.countStreamIdleTimeout(st, info)
 		}
 		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
@@ -215,7 +218,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		route = ls.matchRoute(info.dst, req.Host, true)
 	}
 	if route == nil {
-		ex.flags |= lb.FlagNR
+		ex.flags |= respflag.NR
 		ex.details = "route_not_found"
 		http.Error(sw, "route not found", http.StatusNotFound)
 		return
@@ -233,7 +236,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	if n := c.rqActive.Add(1); !cb2.RequestAllowed(uint64(n - 1)) {
 		c.rqActive.Add(-1)
 		ex.stats.inc(cUpstreamRqPendingOverflow)
-		ex.flags |= lb.FlagUO
+		ex.flags |= respflag.UO
 		ex.details = "overflow"
 		w.localReply(sw, ex, http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: overflow")
 		return
@@ -255,7 +258,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 					w.proxyError(sw, ex, w.contextError(req, ex))
 					return
 				}
-				ex.flags |= lb.FlagDC
+				ex.flags |= respflag.DC
 				ex.details = "downstream_remote_disconnect"
 				return
 			}
@@ -360,19 +363,19 @@ var errRouteTimeout error = &timeoutError{"route timeout"}
 func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 	switch {
 	case errors.Is(context.Cause(downstream), errStreamIdleTimeout):
-		ex.flags |= lb.FlagSI
+		ex.flags |= respflag.SI
 		ex.details = detailStreamIdleTimeout
 	case route != nil && errors.Is(context.Cause(route), errRouteTimeout):
-		ex.flags |= lb.FlagUT
+		ex.flags |= respflag.UT
 		ex.details = "upstream_response_timeout"
 		if ex.stats != nil {
 			ex.stats.inc(cUpstreamRqTimeout)
 		}
 	case downstream.Err() != nil:
-		ex.flags |= lb.FlagDC
+		ex.flags |= respflag.DC
 		ex.details = "downstream_remote_disconnect"
 	default:
-		ex.flags |= lb.FlagUC
+		ex.flags |= respflag.UC
 		ex.details = "upstream_reset_after_response_started{connection_termination}"
 		if ex.stats != nil {
 			ex.stats.inc(cUpstreamRqRxReset)
@@ -392,7 +395,7 @@ func (ex *exchange) downstreamBodyBroken() bool {
 	if be == nil {
 		return false
 	}
-	ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC|lb.FlagUT|lb.FlagUR) | lb.FlagDPE
+	ex.flags = ex.flags&^(respflag.UF|respflag.UC|respflag.UT|respflag.UR) | respflag.DPE
 	ex.details = detailCodecError
 	ex.failure = "request body: " + be.err.Error()
 	return true
@@ -401,30 +404,30 @@ func (ex *exchange) downstreamBodyBroken() bool {
 // proxyError turns the router's final error into Envoy's local reply.
 func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 	switch {
-	case ex.flags&lb.FlagDPE != 0:
+	case ex.flags&respflag.DPE != 0:
 		// The client's body broke its framing: Envoy's codec answers
 		// 400 and closes (the writer closes: bodyErr).
 		w.localReply(rw, ex, http.StatusBadRequest, "Bad Request")
-	case ex.flags&lb.FlagDC != 0:
+	case ex.flags&respflag.DC != 0:
 		return // nobody to answer
-	case ex.flags&lb.FlagSI != 0:
+	case ex.flags&respflag.SI != 0:
 		// Envoy's local reply to a stream idle before its response.
 		w.localReply(rw, ex, http.StatusRequestTimeout, "stream timeout")
-	case ex.flags&lb.FlagUT != 0:
+	case ex.flags&respflag.UT != 0:
 		w.localReply(rw, ex, http.StatusGatewayTimeout, "upstream request timeout")
-	case ex.flags&lb.FlagUH != 0:
+	case ex.flags&respflag.UH != 0:
 		w.localReply(rw, ex, http.StatusServiceUnavailable, "no healthy upstream")
-	case ex.flags&lb.FlagUPE != 0:
+	case ex.flags&respflag.UPE != 0:
 		// Envoy's words; what broke the protocol is in the access log.
 		w.localReply(rw, ex, http.StatusBadGateway, "upstream connect error or disconnect/reset before headers. reset reason: protocol error")
 	default:
 		reason := "connection termination"
 		switch {
-		case ex.flags&lb.FlagUO != 0:
+		case ex.flags&respflag.UO != 0:
 			reason = "overflow"
-		case ex.flags&lb.FlagUF != 0:
+		case ex.flags&respflag.UF != 0:
 			reason = "connection failure"
-		case ex.flags&lb.FlagUR != 0:
+		case ex.flags&respflag.UR != 0:
 			reason = "remote reset"
 		}
 		if ex.failure != "" {
@@ -493,7 +496,7 @@ func (b *bufferPool) Put(buf []byte) {
 func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) {
 	c, route := ex.cluster, ex.route
 	policy := &route.cfg.Retry
-	var rs lb.RetryState
+	var rs retry.State
 	rs.Init(policy, lockedRandom{w})
 	maxSel := policy.HostSelectionRetryMaxAttempts
 	for attempt := 0; ; attempt++ {
@@ -516,7 +519,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		h, hc := w.pick(c, &pc)
 		if h == nil {
 			ex.stats.inc(cUpstreamCxNoneHealthy)
-			ex.flags |= lb.FlagUH
+			ex.flags |= respflag.UH
 			ex.details = "no_healthy_upstream"
 			return nil, errNoHealthyUpstream
 		}
@@ -541,15 +544,15 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 		default:
 			hc.rqSuccess.Add(1)
 		}
-		var decision lb.RetryDecision
+		var decision retry.Decision
 		var backoff time.Duration
 		if err == nil {
 			w.reportCode(c, h.Address, hc, resp.StatusCode)
 			ex.stats.countCode(resp.StatusCode)
 			decision, backoff = rs.OnResponse(resp.StatusCode, hget(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
-			if decision != lb.RetryYes {
+			if decision != retry.Yes {
 				ex.noRetry(decision)
-				if attempt > 0 && decision == lb.RetryNo {
+				if attempt > 0 && decision == retry.No {
 					ex.stats.inc(cUpstreamRqRetrySuccess)
 				}
 				return resp, nil
@@ -565,13 +568,13 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			if perTry {
 				decision, backoff = rs.OnPerTryTimeout(true, w.retryAllowed(c))
 			} else {
-				decision, backoff = rs.OnReset(lb.ResetReason(reason), true, w.retryAllowed(c))
+				decision, backoff = rs.OnReset(retry.ResetReason(reason), true, w.retryAllowed(c))
 			}
-			if decision != lb.RetryYes {
+			if decision != retry.Yes {
 				ex.noRetry(decision)
 				return nil, err
 			}
-			ex.flags &^= lb.FlagUF | lb.FlagUC | lb.FlagUT | lb.FlagUR | lb.FlagUPE
+			ex.flags &^= respflag.UF | respflag.UC | respflag.UT | respflag.UR | respflag.UPE
 		}
 		ex.stats.inc(cUpstreamRqRetry)
 		c.retriesActive.Add(1)
@@ -589,13 +592,13 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 
 // noRetry records why an attempt that could have been retried was not:
 // the retry limit (URX) or the retry circuit breaker / budget (UO).
-func (ex *exchange) noRetry(d lb.RetryDecision) {
+func (ex *exchange) noRetry(d retry.Decision) {
 	switch d {
-	case lb.RetryLimitExceeded:
-		ex.flags |= lb.FlagURX
+	case retry.LimitExceeded:
+		ex.flags |= respflag.URX
 		ex.stats.inc(cUpstreamRqRetryLimitExceeded)
-	case lb.RetryOverflow:
-		ex.flags |= lb.FlagUO
+	case retry.Overflow:
+		ex.flags |= respflag.UO
 		ex.stats.inc(cUpstreamRqRetryOverflow)
 	}
 }
@@ -741,46 +744,46 @@ func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host
 	var ce *connectError
 	switch {
 	case errors.As(err, &ce) && ce.overflow:
-		ex.flags |= lb.FlagUO
+		ex.flags |= respflag.UO
 		ex.details = "overflow"
-		return int(lb.ResetOverflow), false
+		return int(retry.ResetOverflow), false
 	case errors.As(err, &ce):
-		ex.flags |= lb.FlagUF
+		ex.flags |= respflag.UF
 		ex.failure = ce.Error()
 		ex.details = "upstream_reset_before_response_started{connection_failure}"
 		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginConnectFailed})
 		if ce.timeout {
-			return int(lb.ResetConnectTimeout), false
+			return int(retry.ResetConnectTimeout), false
 		}
-		return int(lb.ResetConnectionFailure), false
+		return int(retry.ResetConnectionFailure), false
 	case errors.Is(err, errPerTryTimeout) || errors.Is(context.Cause(req.Context()), errPerTryTimeout) || isDeadline(err):
 		ex.stats.inc(cUpstreamRqPerTryTimeout)
-		ex.flags |= lb.FlagUT
+		ex.flags |= respflag.UT
 		ex.details = "upstream_per_try_timeout"
 		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
-		return int(lb.ResetLocal), true
+		return int(retry.ResetLocal), true
 	}
 	var pe *upstreamProtocolError
 	if errors.As(err, &pe) {
 		// Envoy's reset for an upstream codec error: 502, UPE, counted as
 		// its connection pools count a protocol_error reset.
-		ex.flags |= lb.FlagUPE
+		ex.flags |= respflag.UPE
 		ex.failure = err.Error()
 		ex.details = "upstream_reset_before_response_started{protocol_error}"
 		ex.stats.inc(cUpstreamRqTxReset)
-		return int(lb.ResetProtocolError), false
+		return int(retry.ResetProtocolError), false
 	}
 	var se http2.StreamError
 	if errors.As(err, &se) && se.Code == http2.ErrCodeRefusedStream {
-		ex.flags |= lb.FlagUR
+		ex.flags |= respflag.UR
 		ex.details = "upstream_reset_before_response_started{remote_refused_stream_reset}"
-		return int(lb.ResetRemoteRefusedStream), false
+		return int(retry.ResetRemoteRefusedStream), false
 	}
-	ex.flags |= lb.FlagUC
+	ex.flags |= respflag.UC
 	ex.failure = err.Error()
 	ex.details = "upstream_reset_before_response_started{connection_termination}"
 	ex.stats.inc(cUpstreamRqRxReset)
-	return int(lb.ResetConnectionTermination), false
+	return int(retry.ResetConnectionTermination), false
 }
 
 func isDeadline(err error) bool {
@@ -793,17 +796,17 @@ func isDeadline(err error) bool {
 func (w *worker) contextError(req *http.Request, ex *exchange) error {
 	cause := context.Cause(req.Context())
 	if errors.Is(cause, errStreamIdleTimeout) {
-		ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC) | lb.FlagSI
+		ex.flags = ex.flags&^(respflag.UF|respflag.UC) | respflag.SI
 		ex.details = detailStreamIdleTimeout
 		return errStreamIdleTimeout
 	}
 	if errors.Is(cause, errRouteTimeout) {
-		ex.flags = ex.flags&^(lb.FlagUF|lb.FlagUC) | lb.FlagUT
+		ex.flags = ex.flags&^(respflag.UF|respflag.UC) | respflag.UT
 		ex.details = "upstream_response_timeout"
 		ex.stats.inc(cUpstreamRqTimeout)
 		return errRouteTimeout
 	}
-	ex.flags |= lb.FlagDC
+	ex.flags |= respflag.DC
 	ex.details = "downstream_remote_disconnect"
 	return context.Canceled
 }
@@ -1001,7 +1004,7 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *exchange, start time.Time) {
 	d := time.Since(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
-	e := lb.AccessLogEntry{
+	e := accesslog.Entry{
 		StartTime: start, Method: req.Method, Path: requestTarget(req), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
 		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
@@ -1009,7 +1012,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	}
 	w.s.access.Load().write(w.id, &e, logExtra{details: ex.details, failure: ex.failure, cluster: ex.clusterName(),
 		downstreamPeer: info.peer, upstreamPeer: ex.upstreamPeer})
-	if ex.flags&lb.FlagDPE != 0 {
+	if ex.flags&respflag.DPE != 0 {
 		w.s.countProtocolError(st, info)
 	}
 	proto := "http"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 func TestHTTPRoundRobinAndAccessLog(t *testing.T) {
@@ -86,7 +87,7 @@ func TestHTTPConnectFailureThenRetryLimit(t *testing.T) {
 	logs.waitLine(t, `"GET /uf HTTP/1.1" 503 UF `, "delayed connect error: 111")
 
 	// The default policy retries connect failures once: UF,URX.
-	s2, logs2 := startServer(t, testConfig(lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}, testCluster("echo", endpoint(dead, "a"))))
+	s2, logs2 := startServer(t, testConfig(retry.Policy{RetryOn: retry.DefaultOn, NumRetries: 1}, testCluster("echo", endpoint(dead, "a"))))
 	get(t, http.DefaultClient, s2, "/urx")
 	logs2.waitLine(t, `"GET /urx HTTP/1.1" 503 UF,URX `)
 	if got := stat(t, s2, "cluster.echo.upstream_rq_retry"); got != 1 {
@@ -103,11 +104,11 @@ func TestHTTPConnectFailureThenRetryLimit(t *testing.T) {
 func TestHTTPConnectFailCountedPerHost(t *testing.T) {
 	dead := closedAddr(t, "127.0.0.11")
 	for _, tt := range []struct {
-		policy lb.RetryPolicy
+		policy retry.Policy
 		want   int
 	}{
 		{noRetry, 1},
-		{lb.RetryPolicy{RetryOn: lb.RetryConnectFailure, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}, 2},
+		{retry.Policy{RetryOn: retry.OnConnectFailure, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}, 2},
 	} {
 		s, _ := startServer(t, testConfig(tt.policy, testCluster("echo", endpoint(dead, "a"))))
 		line := "echo::" + dead + "::cx_connect_fail::"
@@ -131,7 +132,7 @@ func TestHTTPRetry5xxToAnotherHost(t *testing.T) {
 		w.WriteHeader(503)
 	}))
 	good := upstream(t, "127.0.0.12", named("good"))
-	policy := lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 2, HostSelectionRetryMaxAttempts: 5, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}
+	policy := retry.Policy{RetryOn: retry.On5xx, NumRetries: 2, HostSelectionRetryMaxAttempts: 5, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}
 	s, logs := startServer(t, testConfig(policy, testCluster("echo", endpoint(bad, "a"), endpoint(good, "a"))))
 	for range 10 {
 		if code, body, _ := get(t, http.DefaultClient, s, "/r"); code != 200 || body != "good" {
@@ -153,7 +154,7 @@ func TestHTTPRetryLimitExceeded(t *testing.T) {
 		hits.Add(1)
 		w.WriteHeader(503)
 	}))
-	policy := lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 2, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}
+	policy := retry.Policy{RetryOn: retry.On5xx, NumRetries: 2, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}
 	s, logs := startServer(t, testConfig(policy, testCluster("echo", endpoint(bad, "a"))))
 	if code, _, _ := get(t, http.DefaultClient, s, "/x"); code != 503 {
 		t.Errorf("status %d, want the upstream's 503", code)
@@ -339,7 +340,7 @@ func TestHTTPPerTryTimeout(t *testing.T) {
 		{http.MethodPost, preciseBelow + 100*time.Millisecond, true},
 	} {
 		t.Run(fmt.Sprintf("%s/%v", tc.method, tc.perTry), func(t *testing.T) {
-			cfg := testConfig(lb.RetryPolicy{PerTryTimeout: tc.perTry}, testCluster("echo", endpoint(slow, "a")))
+			cfg := testConfig(retry.Policy{PerTryTimeout: tc.perTry}, testCluster("echo", endpoint(slow, "a")))
 			s, logs := startServer(t, cfg)
 			var body io.Reader
 			if tc.method == http.MethodPost {

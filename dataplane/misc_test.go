@@ -19,7 +19,8 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 func TestWebSocketUpgradePassthrough(t *testing.T) {
@@ -41,7 +42,7 @@ func TestWebSocketUpgradePassthrough(t *testing.T) {
 	}))
 	// With a per-try timeout the upgraded stream outlives its attempt's
 	// context.
-	for _, retry := range []lb.RetryPolicy{noRetry, {PerTryTimeout: 200 * time.Millisecond}} {
+	for _, retry := range []retry.Policy{noRetry, {PerTryTimeout: 200 * time.Millisecond}} {
 		t.Run(fmt.Sprintf("per-try=%v", retry.PerTryTimeout), func(t *testing.T) {
 			s, logs := startServer(t, testConfig(retry, testCluster("echo", endpoint(ws, "a"))))
 			c := dialProxy(t, s)
@@ -217,7 +218,7 @@ func TestAccessLogJSONAndDrops(t *testing.T) {
 	block := &blockingWriter{release: make(chan struct{})}
 	defer close(block.release)
 	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText}, block, 1)
-	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
+	e := accesslog.Entry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
 	lineLen := len(e.AppendDefault(nil))
 	n := 4 * accessLogBufferMax / lineLen
 	start := time.Now()
@@ -243,7 +244,7 @@ func TestAccessLogBatches(t *testing.T) {
 	var w countingWriter
 	al, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText, FlushInterval: 50 * time.Millisecond}, &w, 2)
 	for i := range 1000 {
-		e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: fmt.Sprintf("/%d", i), Protocol: "HTTP/1.1", ResponseCode: 200}
+		e := accesslog.Entry{StartTime: time.Now(), Method: "GET", Path: fmt.Sprintf("/%d", i), Protocol: "HTTP/1.1", ResponseCode: 200}
 		al.write(0, &e, logExtra{cluster: "c"})
 	}
 	waitFor(t, "1000 lines written", func() bool { return al.written.Load() == 1000 })
@@ -257,7 +258,7 @@ func TestAccessLogBatches(t *testing.T) {
 	// A long interval: a buffer past accessLogFlushAt is written at once.
 	var w2 countingWriter
 	slow, _ := newAccessLogger(config.AccessLog{Format: config.AccessLogText, FlushInterval: time.Hour}, &w2, 1)
-	e := lb.AccessLogEntry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
+	e := accesslog.Entry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
 	n := accessLogFlushAt/len(e.AppendDefault(nil)) + 1
 	for range n {
 		slow.write(0, &e, logExtra{})

@@ -18,6 +18,8 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
 
@@ -176,9 +178,9 @@ func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
 // logConnRefused writes the access-log line of an inbound connection
 // refused before it reached a route.
 func (w *worker) logConnRefused(info connInfo, details, failure string) {
-	e := lb.AccessLogEntry{StartTime: info.start, UpstreamServiceTime: -1, Duration: time.Since(info.start)}
+	e := accesslog.Entry{StartTime: info.start, UpstreamServiceTime: -1, Duration: time.Since(info.start)}
 	if details == "filter_chain_not_found" {
-		e.Flags |= lb.FlagNR
+		e.Flags |= respflag.NR
 	}
 	w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, downstreamPeer: info.peer})
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // A generated x-request-id shares its writer's memory: a request whose copy went to
@@ -39,7 +39,7 @@ func TestGeneratedRequestIDOutlivesTheWriter(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	cl := testCluster("echo", endpoint(l.Addr().String(), "a"))
 	cl.Protocol = config.UpstreamHTTP2
-	s, _ := startServer(t, testConfig(lb.RetryPolicy{PerTryTimeout: 5 * time.Second}, cl))
+	s, _ := startServer(t, testConfig(retry.Policy{PerTryTimeout: 5 * time.Second}, cl))
 	c := dialProxy(t, s)
 	br := bufio.NewReader(c)
 	dups := 0

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // A retry leaves a priority whose hosts all still look healthy when the
@@ -33,7 +33,7 @@ func TestHTTPRetryPriorityLeavesAttemptedPriority(t *testing.T) {
 		{0, 503, ""},
 		{1, 200, "backup"},
 	} {
-		policy := lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond,
+		policy := retry.Policy{RetryOn: retry.On5xx, NumRetries: 1, BaseInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond,
 			RetryPriorityUpdateFrequency: tt.updateFrequency}.WithDefaults()
 		s, _ := startServer(t, testConfig(policy, testCluster("echo", a, b, backup)))
 		p0Hits.Store(0)

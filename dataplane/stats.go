@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // clusterCounter indexes the per-worker counters of one cluster. Names are
@@ -98,7 +99,7 @@ type requestKey struct {
 	cluster    string
 	protocol   string // "http", "grpc" or "tcp"
 	code       int
-	flags      lb.ResponseFlags
+	flags      respflag.Flags
 	grpcStatus string
 	// Identities ("" renders "unknown") and "mutual_tls" or "none".
 	sourcePrincipal, destPrincipal, security string

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // Review of c846c66: a stalled upload on a route with retries (its body
@@ -23,7 +24,7 @@ import (
 func TestReviewStreamIdleStalledRetryBufferedUploadH1(t *testing.T) {
 	u := newStallUpstream(t, "127.0.0.11")
 	cfg := streamConfig(u, 300*time.Millisecond, 0)
-	cfg.Listeners[0].Routes[0].Retry = lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}
+	cfg.Listeners[0].Routes[0].Retry = retry.Policy{RetryOn: retry.DefaultOn, NumRetries: 1}
 	s, logs := startServer(t, cfg)
 	c, br := rawRequest(t, s, "POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: 1000\r\n\r\n0123456789")
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -42,7 +43,7 @@ func TestReviewStreamIdleStalledRetryBufferedUploadH1(t *testing.T) {
 func TestReviewStreamIdleStalledRetryBufferedUploadH2(t *testing.T) {
 	u := newStallUpstream(t, "127.0.0.11")
 	cfg := streamConfig(u, 300*time.Millisecond, 0)
-	cfg.Listeners[0].Routes[0].Retry = lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}
+	cfg.Listeners[0].Routes[0].Retry = retry.Policy{RetryOn: retry.DefaultOn, NumRetries: 1}
 	s, logs := startServer(t, cfg)
 	h := dialH2(t, s)
 	h.buf.Reset()
@@ -212,7 +213,7 @@ func TestReviewClientResetsDoNotEjectHealthyHost(t *testing.T) {
 func TestReviewExpectContinueOnRetryingRoute(t *testing.T) {
 	u := newStallUpstream(t, "127.0.0.11")
 	cfg := streamConfig(u, 0, 0)
-	cfg.Listeners[0].Routes[0].Retry = lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}
+	cfg.Listeners[0].Routes[0].Retry = retry.Policy{RetryOn: retry.DefaultOn, NumRetries: 1}
 	s, _ := startServer(t, cfg)
 	c, br := rawRequest(t, s, "POST /upload HTTP/1.1\r\nHost: echo\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/accesslog"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
 
@@ -21,7 +23,7 @@ import (
 // then bytes copied both ways with half-close. pre holds sniffed bytes.
 func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInfo, pre *bufio.Reader) {
 	defer c.Close()
-	e := lb.AccessLogEntry{StartTime: info.start, UpstreamServiceTime: -1}
+	e := accesslog.Entry{StartTime: info.start, UpstreamServiceTime: -1}
 	var details, failure, clusterName, upstreamPeer string
 	var rx, tx uint64
 	upMTLS := false
@@ -36,7 +38,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 	}()
 	r := ls.matchRoute(info.dst, "", false)
 	if r == nil {
-		e.Flags |= lb.FlagNR
+		e.Flags |= respflag.NR
 		details = "filter_chain_not_found"
 		return
 	}
@@ -49,7 +51,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		h, hc := w.pick(cl, &lb.PickContext{Previous: tried, SelectionRetries: 1})
 		if h == nil {
 			stats.inc(cUpstreamCxNoneHealthy)
-			e.Flags |= lb.FlagUH
+			e.Flags |= respflag.UH
 			details = "no_healthy_upstream"
 			return
 		}
@@ -77,14 +79,14 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		}
 		var ce *connectError
 		if errors.As(err, &ce) && ce.overflow {
-			e.Flags |= lb.FlagUO
+			e.Flags |= respflag.UO
 			details = "overflow"
 			return
 		}
 		w.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectFailed})
 		failure = err.Error()
 		if attempt == 1 {
-			e.Flags |= lb.FlagUF | lb.FlagURX
+			e.Flags |= respflag.UF | respflag.URX
 			details = "upstream_max_connect_attempts_exceeded"
 			stats.inc(cUpstreamRqRetryLimitExceeded)
 			return
@@ -116,7 +118,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		details = "idle_timeout"
 		stats.tcpIdleTimeout.Add(1)
 	} else if err != nil && !errors.Is(err, net.ErrClosed) {
-		e.Flags |= lb.FlagUC
+		e.Flags |= respflag.UC
 		details = "upstream_connection_termination"
 	}
 	closeWrite(c)

@@ -4,7 +4,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
 // translateCircuitBreakers reads circuit_breakers.thresholds. meshlet routes
@@ -12,9 +12,9 @@ import (
 // setting), so only DEFAULT thresholds can ever apply; HIGH thresholds are
 // checked like DEFAULT ones, so that configs written for Envoy load, and
 // then dropped. Unset limits take Envoy's defaults
-// (lb.DefaultCircuitBreakerThresholds).
-func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (lb.CircuitBreakerThresholds, error) {
-	out := lb.DefaultCircuitBreakerThresholds()
+// (circuitbreaker.DefaultThresholds).
+func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (circuitbreaker.Thresholds, error) {
+	out := circuitbreaker.DefaultThresholds()
 	if err := rejectUnsupported(p, cb, "thresholds"); err != nil {
 		return out, err
 	}
@@ -43,8 +43,8 @@ func translateCircuitBreakers(p path, cb *clusterv3.CircuitBreakers) (lb.Circuit
 
 // translateThresholds reads one priority's thresholds. track_remaining is
 // rejected: meshlet has no remaining_* gauges yet.
-func translateThresholds(p path, t *clusterv3.CircuitBreakers_Thresholds) (lb.CircuitBreakerThresholds, error) {
-	out := lb.DefaultCircuitBreakerThresholds()
+func translateThresholds(p path, t *clusterv3.CircuitBreakers_Thresholds) (circuitbreaker.Thresholds, error) {
+	out := circuitbreaker.DefaultThresholds()
 	if err := rejectUnsupported(p, t, "priority", "max_connections", "max_pending_requests",
 		"max_requests", "max_retries", "retry_budget", "max_connection_pools"); err != nil {
 		return out, err
@@ -59,7 +59,7 @@ func translateThresholds(p path, t *clusterv3.CircuitBreakers_Thresholds) (lb.Ci
 		if err := rejectUnsupported(bp, rb, "budget_percent", "min_retry_concurrency"); err != nil {
 			return out, err
 		}
-		budget := lb.DefaultRetryBudget()
+		budget := circuitbreaker.DefaultRetryBudget()
 		if pct := rb.GetBudgetPercent(); pct != nil {
 			var err error
 			if budget.BudgetPercent, err = percent(bp.field("budget_percent"), pct); err != nil {

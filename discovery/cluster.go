@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
 // clusterFields are the Cluster fields meshlet reads; any other set field
@@ -65,7 +66,7 @@ func translateCluster(c *clusterv3.Cluster) (config.Cluster, error) {
 		ConnectTimeout:         config.DefaultConnectTimeout,
 		IdleTimeout:            config.DefaultUpstreamIdleTimeout,
 		Protocol:               config.UpstreamHTTP1,
-		CircuitBreakers:        lb.DefaultCircuitBreakerThresholds(),
+		CircuitBreakers:        circuitbreaker.DefaultThresholds(),
 	}
 	var err error
 	if c.ConnectTimeout != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
 func TestTranslateClusterDefaults(t *testing.T) {
@@ -24,7 +25,7 @@ func TestTranslateClusterDefaults(t *testing.T) {
 		ConnectTimeout:         config.DefaultConnectTimeout,
 		IdleTimeout:            config.DefaultUpstreamIdleTimeout,
 		Protocol:               config.UpstreamHTTP1,
-		CircuitBreakers:        lb.DefaultCircuitBreakerThresholds(),
+		CircuitBreakers:        circuitbreaker.DefaultThresholds(),
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -270,18 +271,18 @@ func TestTranslateClusterCircuitBreakers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eq(t, c.CircuitBreakers, lb.CircuitBreakerThresholds{MaxConnections: 100, MaxPendingRequests: 50,
+		eq(t, c.CircuitBreakers, circuitbreaker.Thresholds{MaxConnections: 100, MaxPendingRequests: 50,
 			MaxRequests: 200, MaxRetries: 5, MaxConnectionPools: 7,
-			RetryBudget: &lb.RetryBudget{BudgetPercent: 25, MinRetryConcurrency: 4}})
+			RetryBudget: &circuitbreaker.RetryBudget{BudgetPercent: 25, MinRetryConcurrency: 4}})
 	})
 	t.Run("unset limits and budget fields take Envoy's defaults", func(t *testing.T) {
 		c, err := TranslateCluster(clusterYAML(t, "circuit_breakers: {thresholds: [{priority: DEFAULT, max_requests: 10, retry_budget: {}}]}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := lb.DefaultCircuitBreakerThresholds()
+		want := circuitbreaker.DefaultThresholds()
 		want.MaxRequests = 10
-		budget := lb.DefaultRetryBudget()
+		budget := circuitbreaker.DefaultRetryBudget()
 		want.RetryBudget = &budget
 		eq(t, c.CircuitBreakers, want)
 	})

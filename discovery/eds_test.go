@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 const edsCluster = `name: "outbound|80||echo.default.svc.cluster.local"
@@ -136,9 +137,9 @@ func TestServiceRoutesRouteAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, _ := lb.ParseRetryOn("5xx")
+	on, _ := retry.ParseOn("5xx")
 	eq(t, routes[0].Timeout, 2*time.Second)
-	eq(t, routes[0].Retry, lb.RetryPolicy{RetryOn: on, NumRetries: 3}.WithDefaults())
+	eq(t, routes[0].Retry, retry.Policy{RetryOn: on, NumRetries: 3}.WithDefaults())
 
 	bad := func(mutate func(*clusterv3.Cluster), part string) {
 		t.Helper()

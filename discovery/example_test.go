@@ -7,6 +7,8 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	sidecarexample "github.com/meshlet-dev/meshlet/examples/sidecar"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // TestExampleSidecarConfig parses examples/sidecar/sidecar.yaml and checks
@@ -39,8 +41,8 @@ func TestExampleSidecarConfig(t *testing.T) {
 	eq(t, h.ServerFirstPorts, []uint16{3306, 25})
 	eq(t, h.Routes, []config.Route{{
 		Name: "echo", Destination: "10.96.0.10:80", Cluster: "echo", Timeout: 15 * time.Second,
-		Retry: lb.RetryPolicy{
-			RetryOn:       lb.Retry5xx | lb.RetryConnectFailure | lb.RetryRefusedStream,
+		Retry: retry.Policy{
+			RetryOn:       retry.On5xx | retry.OnConnectFailure | retry.OnRefusedStream,
 			NumRetries:    2,
 			PerTryTimeout: time.Second,
 			BaseInterval:  25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
@@ -78,7 +80,7 @@ func TestExampleSidecarConfig(t *testing.T) {
 	hc := lb.HealthCheckConfig{Timeout: time.Second, Interval: 5 * time.Second, UnhealthyThreshold: 3, HealthyThreshold: 2}.WithDefaults()
 	eq(t, echo.HealthChecks, []config.HealthCheck{{Kind: config.HealthCheckHTTP, HealthCheckConfig: hc,
 		Path: "/healthz", Host: "echo", ExpectedStatuses: [][2]uint32{{200, 201}}}})
-	eq(t, echo.CircuitBreakers, lb.CircuitBreakerThresholds{MaxConnections: 1024, MaxPendingRequests: 256, MaxRequests: 1024, MaxRetries: 3})
+	eq(t, echo.CircuitBreakers, circuitbreaker.Thresholds{MaxConnections: 1024, MaxPendingRequests: 256, MaxRequests: 1024, MaxRetries: 3})
 
 	// echo-tcp: one host per zone, least request, a TCP connect check.
 	et := cfg.ClusterByName("echo-tcp")

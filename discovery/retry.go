@@ -9,18 +9,19 @@ import (
 	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // previousHostsPredicate is the one retry host predicate meshlet has.
 const previousHostsPredicate = "envoy.retry_host_predicates.previous_hosts"
 
 // DefaultRetryPolicy is the policy of a route that configures none:
-// lb.DefaultRetryOn (connect-failure, refused-stream) with one retry and
+// retry.DefaultOn (connect-failure, refused-stream) with one retry and
 // lb's back-off defaults, failures where the request provably never
 // reached the application. Envoy has no such default (no policy, no
 // retries).
-func DefaultRetryPolicy() lb.RetryPolicy {
-	return lb.RetryPolicy{RetryOn: lb.DefaultRetryOn, NumRetries: 1}.WithDefaults()
+func DefaultRetryPolicy() retry.Policy {
+	return retry.Policy{RetryOn: retry.DefaultOn, NumRetries: 1}.WithDefaults()
 }
 
 // TranslateRetryPolicy translates an Envoy v3 route RetryPolicy: retry_on,
@@ -28,35 +29,35 @@ func DefaultRetryPolicy() lb.RetryPolicy {
 // retry_back_off, the previous_hosts retry host predicate with
 // host_selection_retry_max_attempts and the previous_priorities retry
 // priority. A nil policy gives
-// DefaultRetryPolicy. The result has lb.RetryPolicy.WithDefaults applied;
+// DefaultRetryPolicy. The result has retry.Policy.WithDefaults applied;
 // num_retries 0 also clears RetryOn, so that no retry happens even if a
 // caller applies WithDefaults again (which reads NumRetries 0 as unset).
 //
-// lb.RetryPolicy cannot say "no retry_host_predicate": its
+// retry.Policy cannot say "no retry_host_predicate": its
 // HostSelectionRetryMaxAttempts of 0 means the default, one re-pick of an
 // already tried host. So meshlet always steers retries away from tried
 // hosts (as Istio configures every route), where Envoy without the
 // predicate would not.
-func TranslateRetryPolicy(p *routev3.RetryPolicy) (lb.RetryPolicy, error) {
+func TranslateRetryPolicy(p *routev3.RetryPolicy) (retry.Policy, error) {
 	out, err := translateRetryPolicy("", p)
 	if err != nil {
-		return lb.RetryPolicy{}, fmt.Errorf("discovery: retry_policy: %w", err)
+		return retry.Policy{}, fmt.Errorf("discovery: retry_policy: %w", err)
 	}
 	return out, nil
 }
 
 // translateRetryPolicy is TranslateRetryPolicy with errors below p.
-func translateRetryPolicy(p path, rp *routev3.RetryPolicy) (lb.RetryPolicy, error) {
+func translateRetryPolicy(p path, rp *routev3.RetryPolicy) (retry.Policy, error) {
 	if rp == nil {
 		return DefaultRetryPolicy(), nil
 	}
-	var out lb.RetryPolicy
+	var out retry.Policy
 	if err := rejectUnsupported(p, rp, "retry_on", "num_retries", "per_try_timeout", "retriable_status_codes",
 		"retry_back_off", "retry_host_predicate", "host_selection_retry_max_attempts", "retry_priority"); err != nil {
 		return out, err
 	}
 	var err error
-	if out.RetryOn, err = lb.ParseRetryOn(rp.GetRetryOn()); err != nil {
+	if out.RetryOn, err = retry.ParseOn(rp.GetRetryOn()); err != nil {
 		return out, p.field("retry_on").errorf("%q: %v", rp.GetRetryOn(), unprefixed(err))
 	}
 	if out.PerTryTimeout, err = optDuration(p.field("per_try_timeout"), rp.GetPerTryTimeout(), 0); err != nil {
@@ -99,14 +100,14 @@ func translateRetryPolicy(p path, rp *routev3.RetryPolicy) (lb.RetryPolicy, erro
 		}
 	}
 	if err := validateProto(p, rp); err != nil {
-		return lb.RetryPolicy{}, err
+		return retry.Policy{}, err
 	}
 	return out, nil
 }
 
 // translateHostPredicates reads retry_host_predicate (previous_hosts only)
 // and host_selection_retry_max_attempts (default 1), which needs it.
-func translateHostPredicates(p path, rp *routev3.RetryPolicy, out *lb.RetryPolicy) error {
+func translateHostPredicates(p path, rp *routev3.RetryPolicy, out *retry.Policy) error {
 	for i, pred := range rp.GetRetryHostPredicate() {
 		pp := p.field("retry_host_predicate").index(i)
 		if err := rejectUnsupported(pp, pred, "name", "typed_config"); err != nil {
@@ -167,11 +168,11 @@ func translateRetryPriority(p path, rp *routev3.RetryPolicy_RetryPriority) (uint
 	return uint32(cfg.GetUpdateFrequency()), nil
 }
 
-// unprefixed strips lb's "lb: retry_on: " style prefix from err so the
+// unprefixed strips lb's "retry: retry_on: " style prefix from err so the
 // message is not doubled under our own path.
 func unprefixed(err error) string {
 	s := err.Error()
-	const prefix = "lb: retry_on: "
+	const prefix = "retry: retry_on: "
 	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
 		return s[len(prefix):]
 	}

@@ -6,18 +6,18 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 func TestTranslateRetryPolicy(t *testing.T) {
 	tests := []struct {
 		name string
 		y    string // "" means a nil policy
-		want lb.RetryPolicy
+		want retry.Policy
 	}{
-		{"nil is meshlet's default", "", lb.RetryPolicy{RetryOn: lb.RetryConnectFailure | lb.RetryRefusedStream, NumRetries: 1,
+		{"nil is meshlet's default", "", retry.Policy{RetryOn: retry.OnConnectFailure | retry.OnRefusedStream, NumRetries: 1,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
-		{"num_retries defaults to 1", "retry_on: 5xx\n", lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 1,
+		{"num_retries defaults to 1", "retry_on: 5xx\n", retry.Policy{RetryOn: retry.On5xx, NumRetries: 1,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
 		{"every field", `retry_on: "5xx, connect-failure,retriable-status-codes,unavailable"
 num_retries: 3
@@ -28,26 +28,26 @@ retry_host_predicate:
   - name: envoy.retry_host_predicates.previous_hosts
     typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}
 host_selection_retry_max_attempts: 5
-`, lb.RetryPolicy{RetryOn: lb.Retry5xx | lb.RetryConnectFailure | lb.RetryRetriableStatusCodes | lb.RetryGRPCUnavailable,
+`, retry.Policy{RetryOn: retry.On5xx | retry.OnConnectFailure | retry.OnRetriableStatusCodes | retry.OnGRPCUnavailable,
 			NumRetries: 3, PerTryTimeout: 1500 * time.Millisecond, RetriableStatusCodes: []uint32{409, 503},
 			BaseInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second, HostSelectionRetryMaxAttempts: 5}},
-		{"back-off max defaults to 10 x base", "retry_on: reset\nretry_back_off: {base_interval: 0.05s}\n", lb.RetryPolicy{RetryOn: lb.RetryReset, NumRetries: 1,
+		{"back-off max defaults to 10 x base", "retry_on: reset\nretry_back_off: {base_interval: 0.05s}\n", retry.Policy{RetryOn: retry.OnReset, NumRetries: 1,
 			BaseInterval: 50 * time.Millisecond, MaxInterval: 500 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
-		{"previous_hosts by name", "retry_on: reset\nretry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts}]\n", lb.RetryPolicy{RetryOn: lb.RetryReset, NumRetries: 1,
+		{"previous_hosts by name", "retry_on: reset\nretry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts}]\n", retry.Policy{RetryOn: retry.OnReset, NumRetries: 1,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
 		{"previous_priorities", `retry_on: 5xx
 num_retries: 3
 retry_priority:
   name: envoy.retry_priorities.previous_priorities
   typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: 2}
-`, lb.RetryPolicy{RetryOn: lb.Retry5xx, NumRetries: 3, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
+`, retry.Policy{RetryOn: retry.On5xx, NumRetries: 3, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
 			HostSelectionRetryMaxAttempts: 1, RetryPriorityUpdateFrequency: 2}},
 		// Next to typed_config the name is informational: Envoy finds the
 		// plugin by the config's type.
 		{"previous_priorities under another name", "retry_priority: {name: spread, typed_config: {\"@type\": type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig, update_frequency: 1}}\n",
-			lb.RetryPolicy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
+			retry.Policy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond,
 				HostSelectionRetryMaxAttempts: 1, RetryPriorityUpdateFrequency: 1}},
-		{"num_retries 0 retries nothing", "retry_on: 5xx\nnum_retries: 0\n", lb.RetryPolicy{NumRetries: 0,
+		{"num_retries 0 retries nothing", "retry_on: 5xx\nnum_retries: 0\n", retry.Policy{NumRetries: 0,
 			BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // staticCluster is a minimal clusters list for static-file tests.
@@ -144,7 +145,7 @@ listeners:
 	eq(t, r.Destination, ":80")
 	eq(t, r.Hosts, []string{"echo", "*.echo.svc"})
 	eq(t, r.Timeout, time.Duration(0))
-	eq(t, r.Retry.RetryOn, lb.RetryGatewayError)
+	eq(t, r.Retry.RetryOn, retry.OnGatewayError)
 	eq(t, r.Retry.NumRetries, uint32(4))
 	tcp := cfg.Listeners[1]
 	eq(t, tcp.OriginalDestination, "10.96.0.20:9000")

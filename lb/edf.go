@@ -13,10 +13,10 @@ type edfEntry struct {
 	item     int32
 }
 
-// EDF is Envoy's earliest-deadline-first scheduler: an item of weight w is
+// edfSched is Envoy's earliest-deadline-first scheduler: an item of weight w is
 // due every 1/w. It is the core of weighted round robin, locality choice and
 // weighted least request. Not safe for concurrent use; copy with Clone.
-type EDF struct {
+type edfSched struct {
 	now   float64
 	order uint64
 	heap  []edfEntry
@@ -41,18 +41,18 @@ func (c *edfClass) live() int { return len(c.q) - c.head }
 // weights than this fall back to the heap.
 const maxEDFClasses = 16
 
-// NewEDF builds a scheduler over items 0..n-1 in the state it would have
+// newEDF builds a scheduler over items 0..n-1 in the state it would have
 // after `picks` picks (Envoy's createWithPicks), so that schedulers built
 // at different times do not all start on the same item. weight(i) must be
 // > 0 for every item that should be scheduled; items of weight <= 0 are
 // left out. The seed is reduced as Envoy does: uint32(seed) % 429496729.
-func NewEDF(n int, weight func(int) float64, seed uint64) *EDF {
-	e := &EDF{}
+func newEDF(n int, weight func(int) float64, seed uint64) *edfSched {
+	e := &edfSched{}
 	e.init(n, weight, seed)
 	return e
 }
 
-func (e *EDF) init(n int, weight func(int) float64, seed uint64) {
+func (e *edfSched) init(n int, weight func(int) float64, seed uint64) {
 	picks := uint64(uint32(seed)) % 429496729
 	e.heap = e.heap[:0]
 	const eps = 1e-13
@@ -97,7 +97,7 @@ func (e *EDF) init(n int, weight func(int) float64, seed uint64) {
 // Pick returns the item with the earliest deadline and re-schedules it with
 // its weight as weight(item) returns it now; -1 when empty. A weight <= 0
 // drops the item from the schedule.
-func (e *EDF) Pick(weight func(int) float64) int {
+func (e *edfSched) Pick(weight func(int) float64) int {
 	if e.classes != nil {
 		if item, ok := e.pickClass(weight); ok {
 			return item
@@ -127,7 +127,7 @@ func (e *EDF) Pick(weight func(int) float64) int {
 // pickClass is Pick in class mode; ok is false (and nothing changed) when
 // class mode cannot continue (too many weights, or a deadline that would
 // break a class's order), and the caller falls back to the heap.
-func (e *EDF) pickClass(weight func(int) float64) (int, bool) {
+func (e *edfSched) pickClass(weight func(int) float64) (int, bool) {
 	best := -1
 	for k := range e.classes {
 		c := &e.classes[k]
@@ -192,7 +192,7 @@ func (e *EDF) pickClass(weight func(int) float64) (int, bool) {
 // useClasses switches to class mode when the items take at most
 // maxEDFClasses distinct weights: a pick becomes O(classes) instead of
 // O(log n), with exactly the heap's sequence (any anomaly falls back).
-func (e *EDF) useClasses(weight func(int) float64) {
+func (e *edfSched) useClasses(weight func(int) float64) {
 	var classes []edfClass
 	for _, x := range e.heap {
 		w := weight(int(x.item))
@@ -221,7 +221,7 @@ func (e *EDF) useClasses(weight func(int) float64) {
 }
 
 // toHeap leaves class mode.
-func (e *EDF) toHeap() {
+func (e *edfSched) toHeap() {
 	for _, c := range e.classes {
 		e.heap = append(e.heap, c.q[c.head:]...)
 	}
@@ -232,7 +232,7 @@ func (e *EDF) toHeap() {
 }
 
 // Peek returns the next item Pick would return without changing state.
-func (e *EDF) Peek() int {
+func (e *edfSched) Peek() int {
 	if e.classes != nil {
 		var best *edfClass
 		for k := range e.classes {
@@ -252,7 +252,7 @@ func (e *EDF) Peek() int {
 }
 
 // Len is the number of scheduled items.
-func (e *EDF) Len() int {
+func (e *edfSched) Len() int {
 	n := len(e.heap)
 	for _, c := range e.classes {
 		n += c.live()
@@ -261,9 +261,9 @@ func (e *EDF) Len() int {
 }
 
 // CloneInto copies e into dst, reusing dst's storage, and returns dst.
-func (e *EDF) CloneInto(dst *EDF) *EDF {
+func (e *edfSched) CloneInto(dst *edfSched) *edfSched {
 	if dst == nil {
-		dst = &EDF{}
+		dst = &edfSched{}
 	}
 	dst.now, dst.order = e.now, e.order
 	dst.heap = append(dst.heap[:0], e.heap...)
@@ -282,7 +282,7 @@ func (a edfEntry) less(b edfEntry) bool {
 }
 
 // down restores the heap below i, moving a hole instead of swapping.
-func (e *EDF) down(i int) {
+func (e *edfSched) down(i int) {
 	h := e.heap
 	n := len(h)
 	x := h[i]

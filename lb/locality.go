@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// LocalityEffectiveWeight is the weight locality-weighted balancing gives a
+// localityEffectiveWeight is the weight locality-weighted balancing gives a
 // locality: its EDS weight times min(1, overprovisioning x eligible share),
 // where eligible hosts are the healthy (or, for the degraded scheduler, the
 // degraded) ones and excluded hosts count on neither side.
-func LocalityEffectiveWeight(weight uint32, hosts, excluded, eligible uint64, opf uint32) float64 {
+func localityEffectiveWeight(weight uint32, hosts, excluded, eligible uint64, opf uint32) float64 {
 	if hosts <= excluded {
 		return 0
 	}
@@ -20,9 +20,9 @@ func LocalityEffectiveWeight(weight uint32, hosts, excluded, eligible uint64, op
 // localityWeights returns the effective weights of a host set's localities
 // for the healthy or degraded scheduler, or nil when Envoy would build no
 // scheduler: no locality weights, no eligible host, or all weights zero.
-func localityWeights(hs *HostSet, class Availability) []float64 {
+func localityWeights(hs *HostSet, class availability) []float64 {
 	eligibleTotal := len(hs.Healthy)
-	if class == AvailDegraded {
+	if class == availDegraded {
 		eligibleTotal = len(hs.Degraded)
 	}
 	if eligibleTotal == 0 {
@@ -33,10 +33,10 @@ func localityWeights(hs *HostSet, class Availability) []float64 {
 	for i := range hs.Localities {
 		b := &hs.Localities[i]
 		eligible := len(b.Healthy)
-		if class == AvailDegraded {
+		if class == availDegraded {
 			eligible = len(b.Degraded)
 		}
-		ws[i] = LocalityEffectiveWeight(b.Weight, uint64(len(b.Hosts)), uint64(b.Excluded), uint64(eligible), hs.OverprovisioningFactor)
+		ws[i] = localityEffectiveWeight(b.Weight, uint64(len(b.Hosts)), uint64(b.Excluded), uint64(eligible), hs.OverprovisioningFactor)
 		any = any || ws[i] > 0
 	}
 	if !any {
@@ -56,10 +56,10 @@ type SlowStartConfig struct {
 	MinWeightPercent float64
 }
 
-// SlowStartFactor is the multiplier of a host's weight t after it joined:
+// slowStartFactor is the multiplier of a host's weight t after it joined:
 // max(minWeightPercent/100, (max(t,1ms)/window)^(1/aggression)), and 1 once
 // the window has passed.
-func SlowStartFactor(t, window time.Duration, aggression, minWeightPercent float64) float64 {
+func slowStartFactor(t, window time.Duration, aggression, minWeightPercent float64) float64 {
 	if window <= 0 || t >= window {
 		return 1
 	}
@@ -71,9 +71,9 @@ func SlowStartFactor(t, window time.Duration, aggression, minWeightPercent float
 	return math.Max(minWeightPercent/100, f)
 }
 
-// LeastRequestWeight is weighted least request's dynamic weight:
+// leastRequestWeight is weighted least request's dynamic weight:
 // weight / (active+1)^bias.
-func LeastRequestWeight(weight float64, active uint64, bias float64) float64 {
+func leastRequestWeight(weight float64, active uint64, bias float64) float64 {
 	if bias == 1 {
 		return weight / float64(active+1)
 	}

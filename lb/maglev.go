@@ -16,9 +16,9 @@ const DefaultMaglevTableSize = 65537
 // maxMaglevTableSize is the largest table size Envoy's config accepts.
 const maxMaglevTableSize = 5000011
 
-// Maglev is an immutable Maglev lookup table built by BuildMaglev; safe for
+// maglevLookup is an immutable Maglev lookup table built by buildMaglev; safe for
 // concurrent Picks.
-type Maglev struct {
+type maglevLookup struct {
 	table      []uint32 // table[i] is the input index of entry i's host
 	minEntries int
 	maxEntries int
@@ -34,11 +34,11 @@ type maglevEntry struct {
 	count  int     // table entries placed
 }
 
-// BuildMaglev builds Envoy's weighted Maglev table. keys[i] is host i's hash
+// buildMaglev builds Envoy's weighted Maglev table. keys[i] is host i's hash
 // key and weights[i] > 0 its relative weight (normalized here, as in
-// BuildRing). tableSize 0 means DefaultMaglevTableSize; it must be prime and
+// buildRing). tableSize 0 means DefaultMaglevTableSize; it must be prime and
 // at most 5000011. No keys gives an empty table.
-func BuildMaglev(keys []string, weights []float64, tableSize uint64) (*Maglev, error) {
+func buildMaglev(keys []string, weights []float64, tableSize uint64) (*maglevLookup, error) {
 	if tableSize == 0 {
 		tableSize = DefaultMaglevTableSize
 	}
@@ -53,7 +53,7 @@ func BuildMaglev(keys []string, weights []float64, tableSize uint64) (*Maglev, e
 		return nil, err
 	}
 	if len(w) == 0 {
-		return &Maglev{}, nil
+		return &maglevLookup{}, nil
 	}
 	size := tableSize
 
@@ -75,7 +75,7 @@ func BuildMaglev(keys []string, weights []float64, tableSize uint64) (*Maglev, e
 		}
 	}
 
-	m := &Maglev{table: make([]uint32, size)}
+	m := &maglevLookup{table: make([]uint32, size)}
 	// Probing tests an occupancy bitmap (8 KiB for 65537 slots, in L1)
 	// rather than the table itself; the fill is dominated by those probes.
 	used := make([]uint64, (size+63)/64)
@@ -127,7 +127,7 @@ func BuildMaglev(keys []string, weights []float64, tableSize uint64) (*Maglev, e
 	return m, nil
 }
 
-func (m *Maglev) setEntryCounts(entries []maglevEntry) {
+func (m *maglevLookup) setEntryCounts(entries []maglevEntry) {
 	m.minEntries, m.maxEntries = math.MaxInt, 0
 	for _, e := range entries {
 		m.minEntries = min(m.minEntries, e.count)
@@ -198,7 +198,7 @@ func maglevPrime(n uint64) bool {
 // XORed with 2^64-k (Envoy's ~0 - k + 1), flipping most bits so retries
 // spread over other entries. It returns -1 for an empty or nil table;
 // negative attempts count as 0.
-func (m *Maglev) Pick(hash uint64, attempt int) int {
+func (m *maglevLookup) Pick(hash uint64, attempt int) int {
 	if m == nil || len(m.table) == 0 {
 		return -1
 	}
@@ -210,11 +210,11 @@ func (m *Maglev) Pick(hash uint64, attempt int) int {
 
 // TableSize is the number of table entries: the prime M, or 0 when the table
 // has no hosts.
-func (m *Maglev) TableSize() int { return len(m.table) }
+func (m *maglevLookup) TableSize() int { return len(m.table) }
 
 // HostAt returns the input index of the host at table entry i, or -1 when i
 // is out of range.
-func (m *Maglev) HostAt(i int) int {
+func (m *maglevLookup) HostAt(i int) int {
 	if i < 0 || i >= len(m.table) {
 		return -1
 	}
@@ -224,8 +224,8 @@ func (m *Maglev) HostAt(i int) int {
 // MinEntriesPerHost is the fewest entries any host got (gauge
 // maglev_lb.min_entries_per_host); 0 when hosts outnumber the entries or the
 // table is empty.
-func (m *Maglev) MinEntriesPerHost() int { return m.minEntries }
+func (m *maglevLookup) MinEntriesPerHost() int { return m.minEntries }
 
 // MaxEntriesPerHost is the most entries any host got (gauge
 // maglev_lb.max_entries_per_host).
-func (m *Maglev) MaxEntriesPerHost() int { return m.maxEntries }
+func (m *maglevLookup) MaxEntriesPerHost() int { return m.maxEntries }

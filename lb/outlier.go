@@ -494,9 +494,9 @@ func (d *OutlierDetector) detectConsecutive(h *outlierHost, t EjectionType, now 
 	return evs
 }
 
-// EjectionAllowed reports whether one more ejection keeps the ejected share
+// ejectionAllowed reports whether one more ejection keeps the ejected share
 // within maxEjectionPercent (capped at 100), counting the new host.
-func EjectionAllowed(activeEjections, totalHosts int, maxEjectionPercent uint32, alwaysEjectOneHost bool) bool {
+func ejectionAllowed(activeEjections, totalHosts int, maxEjectionPercent uint32, alwaysEjectOneHost bool) bool {
 	if alwaysEjectOneHost && activeEjections == 0 {
 		return true
 	}
@@ -520,7 +520,7 @@ func (d *OutlierDetector) enforcing(t EjectionType) uint32 {
 // jitter draw: the order of random draws is Envoy's.
 func (d *OutlierDetector) eject(h *outlierHost, t EjectionType, now time.Time) OutlierEvent {
 	ev := OutlierEvent{Host: h.id, Type: t}
-	if !EjectionAllowed(d.active, len(d.hosts), d.cfg.MaxEjectionPercent, d.cfg.AlwaysEjectOneHost) {
+	if !ejectionAllowed(d.active, len(d.hosts), d.cfg.MaxEjectionPercent, d.cfg.AlwaysEjectOneHost) {
 		d.stats.EjectionsOverflow++
 		ev.Action = EjectionOverflow
 		return ev
@@ -630,7 +630,7 @@ func (d *OutlierDetector) evaluateRates(o OutlierOrigin, now time.Time, evs []Ou
 			rates[i] = hr.rate
 		}
 		var s SuccessRateStats
-		s.Mean, s.Stdev, s.Threshold = SuccessRateEjectionThreshold(rates, c.SuccessRateStdevFactor)
+		s.Mean, s.Stdev, s.Threshold = successRateEjectionThreshold(rates, c.SuccessRateStdevFactor)
 		d.srStats[o], d.srValid[o] = s, true
 		for _, hr := range srHosts {
 			if hr.rate < s.Threshold {
@@ -654,11 +654,11 @@ func (d *OutlierDetector) evaluateRates(o OutlierOrigin, now time.Time, evs []Ou
 	return evs
 }
 
-// SuccessRateEjectionThreshold returns the mean and population standard
+// successRateEjectionThreshold returns the mean and population standard
 // deviation of rates and the ejection threshold mean − stdevFactor/1000 ×
 // stdev, computed in Envoy's order of operations so results match to the bit.
 // An empty rates gives zeros.
-func SuccessRateEjectionThreshold(rates []float64, stdevFactor uint32) (mean, stdev, threshold float64) {
+func successRateEjectionThreshold(rates []float64, stdevFactor uint32) (mean, stdev, threshold float64) {
 	if len(rates) == 0 {
 		return 0, 0, 0
 	}

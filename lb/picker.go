@@ -82,10 +82,10 @@ type Picker struct {
 	// Per source key: round-robin cursor, scheduler copy and the generation
 	// the copy was made in.
 	cursor []uint64
-	edf    []EDF
+	edf    []edfSched
 	edfGen []uint32
 	// Locality schedulers per (priority, class).
-	locEDF    []EDF
+	locEDF    []edfSched
 	locEDFGen []uint32
 	active    []uint32
 }
@@ -112,11 +112,11 @@ func (p *Picker) sync(s *Snapshot) {
 	p.gen++
 	for len(p.cursor) < int(s.sources) {
 		p.cursor = append(p.cursor, p.seed)
-		p.edf = append(p.edf, EDF{})
+		p.edf = append(p.edf, edfSched{})
 		p.edfGen = append(p.edfGen, 0)
 	}
 	if n := 2 * len(s.prios); len(p.locEDF) < n {
-		p.locEDF = append(p.locEDF, make([]EDF, n-len(p.locEDF))...)
+		p.locEDF = append(p.locEDF, make([]edfSched, n-len(p.locEDF))...)
 		p.locEDFGen = append(p.locEDFGen, make([]uint32, n-len(p.locEDFGen))...)
 	}
 	if n := int(s.maxID) + 1; len(p.active) < n {
@@ -174,7 +174,7 @@ func (p *Picker) pickOnce(s *Snapshot, ctx *PickContext, attempt int) *Host {
 	if ctx.RetryPriority != nil {
 		healthy, degraded = ctx.RetryPriority.PriorityLoad(&s.load)
 	}
-	prio, class := ChoosePriority(r, healthy, degraded)
+	prio, class := choosePriority(r, healthy, degraded)
 	src := p.hostSource(s, prio, class)
 	if src == nil || len(src.hosts) == 0 {
 		return nil
@@ -190,7 +190,7 @@ func (p *Picker) pickOnce(s *Snapshot, ctx *PickContext, attempt int) *Host {
 
 // hostSource is Envoy's hostSourceToUse: which host list of which priority
 // the pick draws from.
-func (p *Picker) hostSource(s *Snapshot, prio int, class Availability) *hostSource {
+func (p *Picker) hostSource(s *Snapshot, prio int, class availability) *hostSource {
 	ps := &s.prios[prio]
 	if s.load.Panic[prio] {
 		p.stats.HealthyPanic.Add(1)
@@ -225,7 +225,7 @@ func (p *Picker) hostSource(s *Snapshot, prio int, class Availability) *hostSour
 
 // chooseLocality picks a locality of priority prio by effective weight with
 // the worker's copy of the scheduler; -1 when there is none.
-func (p *Picker) chooseLocality(s *Snapshot, prio int, class Availability) int {
+func (p *Picker) chooseLocality(s *Snapshot, prio int, class availability) int {
 	proto := s.prios[prio].locEDF[class]
 	if proto == nil {
 		return -1
@@ -243,7 +243,7 @@ func (p *Picker) chooseLocality(s *Snapshot, prio int, class Availability) int {
 // schedulerFor returns the worker's copy of src's scheduler, refreshed from
 // the snapshot's prototype and advanced by the worker's seed so workers do
 // not all start on the same host.
-func (p *Picker) schedulerFor(src *hostSource, weight func(int) float64) *EDF {
+func (p *Picker) schedulerFor(src *hostSource, weight func(int) float64) *edfSched {
 	e := &p.edf[src.key]
 	if p.edfGen[src.key] != p.gen {
 		src.edf.CloneInto(e)
@@ -271,7 +271,7 @@ func (p *Picker) pickLeastRequest(s *Snapshot, src *hostSource) *Host {
 	hosts := src.hosts
 	if src.edf != nil {
 		ws, active, bias := src.weights, p.active, s.cfg.LeastRequest.ActiveRequestBias
-		weight := func(i int) float64 { return LeastRequestWeight(ws[i], uint64(active[hosts[i].ID]), bias) }
+		weight := func(i int) float64 { return leastRequestWeight(ws[i], uint64(active[hosts[i].ID]), bias) }
 		return hosts[p.schedulerFor(src, weight).Pick(weight)]
 	}
 	n := uint64(len(hosts))
@@ -306,7 +306,7 @@ func (p *Picker) pickHashing(s *Snapshot, ctx *PickContext, attempt int) *Host {
 	if !ctx.HasHash {
 		hash = p.rnd.Uint64()
 	}
-	prio, _ := ChoosePriority(hash, s.load.HealthyLoad, s.load.DegradedLoad)
+	prio, _ := choosePriority(hash, s.load.HealthyLoad, s.load.DegradedLoad)
 	ps := &s.prios[prio]
 	if s.load.Panic[prio] {
 		p.stats.HealthyPanic.Add(1)

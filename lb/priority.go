@@ -10,19 +10,19 @@ const (
 	DefaultPanicThreshold = 50
 )
 
-// Availability is the class of hosts a request was assigned to.
-type Availability uint8
+// availability is the class of hosts a request was assigned to.
+type availability uint8
 
 const (
-	// AvailHealthy: pick among healthy hosts.
-	AvailHealthy Availability = iota
-	// AvailDegraded: pick among degraded hosts.
-	AvailDegraded
+	// availHealthy: pick among healthy hosts.
+	availHealthy availability = iota
+	// availDegraded: pick among degraded hosts.
+	availDegraded
 )
 
 // String returns "healthy" or "degraded".
-func (a Availability) String() string {
-	if a == AvailDegraded {
+func (a availability) String() string {
+	if a == availDegraded {
 		return "degraded"
 	}
 	return "healthy"
@@ -178,23 +178,23 @@ func ComputePriorityLoad(prios []PriorityAvailability, panicThreshold float64) P
 	return l
 }
 
-// ChoosePriority maps a 64-bit hash to a priority and availability class:
+// choosePriority maps a 64-bit hash to a priority and availability class:
 // hash%100+1 against the cumulative healthy loads, then degraded loads.
-func ChoosePriority(hash uint64, healthyLoad, degradedLoad []uint32) (int, Availability) {
+func choosePriority(hash uint64, healthyLoad, degradedLoad []uint32) (int, availability) {
 	h := uint32(hash%100) + 1
 	var acc uint32
 	for i, l := range healthyLoad {
 		acc += l
 		if h <= acc {
-			return i, AvailHealthy
+			return i, availHealthy
 		}
 	}
 	for i, l := range degradedLoad {
 		acc += l
 		if h <= acc {
-			return i, AvailDegraded
+			return i, availDegraded
 		}
 	}
 	// Loads always sum to 100; reaching here means no priorities at all.
-	return 0, AvailHealthy
+	return 0, availHealthy
 }

@@ -13,7 +13,7 @@ const PreviousPrioritiesName = "envoy.retry_priorities.previous_priorities"
 // priorities from their health and degraded availability, so that retries
 // leave a priority whose hosts all still look healthy. When no priority is
 // left the exclusions reset; when nothing is available at all the original
-// load is used. A plain value, meant to live in the request's RetryState.
+// load is used. A plain value, meant to live in the request's retry.State.
 type PreviousPriorities struct {
 	freq uint32
 	// attempts counts the hosts attempted since the last reset and

@@ -5,22 +5,32 @@ import (
 	"testing"
 )
 
+// retryPriority returns rp as retry.State.RetryPriority does: nil when the
+// plugin is disabled.
+func retryPriority(rp *PreviousPriorities) *PreviousPriorities {
+	if !rp.Enabled() {
+		return nil
+	}
+	return rp
+}
+
 // attemptPriorities runs n attempts of one request through a worker's
-// picker with policy's retry priority, recording each attempted host as
-// Envoy's router does, and returns the priority of each attempt.
-func attemptPriorities(t *testing.T, s *Snapshot, policy RetryPolicy, n int) []uint32 {
+// picker with the retry priority plugin at updateFrequency (0: none),
+// recording each attempted host as Envoy's router (and retry.State) does,
+// and returns the priority of each attempt.
+func attemptPriorities(t *testing.T, s *Snapshot, updateFrequency uint32, n int) []uint32 {
 	t.Helper()
-	var rs RetryState
-	rs.Init(&policy, newPCG(1))
+	var rp PreviousPriorities
+	rp.Init(updateFrequency)
 	p := NewPicker(newPCG(7), nil)
 	var got []uint32
 	for i := range n {
-		h := p.Pick(s, &PickContext{RetryPriority: rs.RetryPriority()})
+		h := p.Pick(s, &PickContext{RetryPriority: retryPriority(&rp)})
 		if h == nil {
 			t.Fatalf("attempt %d (priorities so far %v): no host", i+1, got)
 		}
 		got = append(got, h.Priority)
-		rs.OnHostAttempted(h)
+		rp.OnHostAttempted(h.Priority)
 	}
 	return got
 }
@@ -40,13 +50,11 @@ func TestPreviousPrioritiesDocumentedSequence(t *testing.T) {
 	if l := s.Load(); !slices.Equal(l.HealthyLoad, []uint32{100, 0, 0}) || !slices.Equal(l.Health, []uint32{100, 0, 70}) {
 		t.Fatalf("setup: load %v health %v, want 100/0/0 and 100/0/70", l.HealthyLoad, l.Health)
 	}
-	policy := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3, RetryPriorityUpdateFrequency: 1}.WithDefaults()
-	if got, want := attemptPriorities(t, s, policy, 4), []uint32{0, 2, 0, 2}; !slices.Equal(got, want) {
+	if got, want := attemptPriorities(t, s, 1, 4), []uint32{0, 2, 0, 2}; !slices.Equal(got, want) {
 		t.Errorf("attempts went to priorities %v, want %v", got, want)
 	}
 	// Without the plugin every attempt stays where the load is.
-	policy.RetryPriorityUpdateFrequency = 0
-	if got, want := attemptPriorities(t, s, policy, 4), []uint32{0, 0, 0, 0}; !slices.Equal(got, want) {
+	if got, want := attemptPriorities(t, s, 0, 4), []uint32{0, 0, 0, 0}; !slices.Equal(got, want) {
 		t.Errorf("without retry_priority: attempts went to %v, want %v", got, want)
 	}
 }
@@ -62,8 +70,7 @@ func TestPreviousPrioritiesUpdateFrequency(t *testing.T) {
 		hosts = append(hosts, hostsIn(&id, prio, "a", 2, 0)...)
 	}
 	s := mustSnapshot(t, DefaultClusterConfig(), BuildInput{Hosts: hosts})
-	policy := RetryPolicy{RetryOn: Retry5xx, NumRetries: 7, RetryPriorityUpdateFrequency: 2}.WithDefaults()
-	if got, want := attemptPriorities(t, s, policy, 8), []uint32{0, 0, 1, 1, 2, 2, 0, 0}; !slices.Equal(got, want) {
+	if got, want := attemptPriorities(t, s, 2, 8), []uint32{0, 0, 1, 1, 2, 2, 0, 0}; !slices.Equal(got, want) {
 		t.Errorf("attempts went to priorities %v, want %v", got, want)
 	}
 }
@@ -132,12 +139,11 @@ func TestPreviousPrioritiesIgnoredByHashing(t *testing.T) {
 		cfg := DefaultClusterConfig()
 		cfg.Policy = pol
 		s := mustSnapshot(t, cfg, BuildInput{Hosts: hosts})
-		policy := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3, RetryPriorityUpdateFrequency: 1}.WithDefaults()
-		var rs RetryState
-		rs.Init(&policy, newPCG(1))
-		rs.OnHostAttempted(hosts[0]) // P0 attempted: a round-robin retry would leave it
+		var rp PreviousPriorities
+		rp.Init(1)
+		rp.OnHostAttempted(hosts[0].Priority) // P0 attempted: a round-robin retry would leave it
 		p := NewPicker(newPCG(3), nil)
-		if h := p.Pick(s, &PickContext{Hash: 12345, HasHash: true, RetryPriority: rs.RetryPriority()}); h == nil || h.Priority != 0 {
+		if h := p.Pick(s, &PickContext{Hash: 12345, HasHash: true, RetryPriority: &rp}); h == nil || h.Priority != 0 {
 			t.Errorf("%v: retry went to %v, want a P0 host", pol, h)
 		}
 	}

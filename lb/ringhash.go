@@ -37,17 +37,17 @@ type RingConfig struct {
 	Hash            HashFunction // hash of "<key>_<n>" placing each entry
 }
 
-// RingEntry is one point of a ring: the position hash and the index of the
-// host (in BuildRing's input order) owning it.
-type RingEntry struct {
+// ringEntry is one point of a ring: the position hash and the index of the
+// host (in buildRing's input order) owning it.
+type ringEntry struct {
 	Hash uint64
 	Host int
 }
 
-// Ring is an immutable ketama ring built by BuildRing; safe for concurrent
+// hashRing is an immutable ketama ring built by buildRing; safe for concurrent
 // Picks.
-type Ring struct {
-	points []RingEntry // ascending by hash
+type hashRing struct {
+	points []ringEntry // ascending by hash
 	// index[k] is the first point whose hash has the top `bits` bits >= k,
 	// so a lookup searches one small bucket instead of the whole ring.
 	index     []uint32
@@ -57,12 +57,12 @@ type Ring struct {
 	maxHashes int
 }
 
-// BuildRing builds Envoy's ketama ring. keys[i] is host i's hash key (the
+// buildRing builds Envoy's ketama ring. keys[i] is host i's hash key (the
 // caller picks metadata hash_key, hostname or "ip:port"); weights[i] > 0 are
 // relative weights, normalized here. Weights that already sum to 1 (within
 // rounding) are used unchanged, so callers folding in locality shares get
 // Envoy's normalized weights bit for bit. No keys gives an empty ring.
-func BuildRing(keys []string, weights []float64, cfg RingConfig) (*Ring, error) {
+func buildRing(keys []string, weights []float64, cfg RingConfig) (*hashRing, error) {
 	minSize, maxSize := cfg.MinimumRingSize, cfg.MaximumRingSize
 	if minSize == 0 {
 		minSize = defaultMinRingSize
@@ -86,7 +86,7 @@ func BuildRing(keys []string, weights []float64, cfg RingConfig) (*Ring, error) 
 		return nil, err
 	}
 	if len(w) == 0 {
-		return &Ring{}, nil
+		return &hashRing{}, nil
 	}
 
 	// Scale so the lightest host gets a whole number of entries (at least
@@ -95,7 +95,7 @@ func BuildRing(keys []string, weights []float64, cfg RingConfig) (*Ring, error) 
 	scale := math.Min(math.Ceil(minW*float64(minSize))/minW, float64(maxSize))
 	size := int(math.Ceil(scale))
 	// Rounding in the running sum below can add one entry beyond size.
-	r := &Ring{points: make([]RingEntry, 0, size+1), size: size, minHashes: math.MaxInt}
+	r := &hashRing{points: make([]ringEntry, 0, size+1), size: size, minHashes: math.MaxInt}
 
 	// Running sums across hosts let fractional shares carry over to the next
 	// host, exactly as Envoy does.
@@ -114,7 +114,7 @@ func BuildRing(keys []string, weights []float64, cfg RingConfig) (*Ring, error) 
 			} else {
 				h = xxhash.Sum64(buf)
 			}
-			r.points = append(r.points, RingEntry{h, i})
+			r.points = append(r.points, ringEntry{h, i})
 			current++
 		}
 		r.minHashes = min(r.minHashes, n)
@@ -130,12 +130,12 @@ func BuildRing(keys []string, weights []float64, cfg RingConfig) (*Ring, error) 
 }
 
 // radixSortByHash sorts points by Hash, stably, in four 16-bit passes.
-func radixSortByHash(points []RingEntry) {
+func radixSortByHash(points []ringEntry) {
 	if len(points) < 256 {
-		slices.SortStableFunc(points, func(a, b RingEntry) int { return cmp.Compare(a.Hash, b.Hash) })
+		slices.SortStableFunc(points, func(a, b ringEntry) int { return cmp.Compare(a.Hash, b.Hash) })
 		return
 	}
-	buf := make([]RingEntry, len(points))
+	buf := make([]ringEntry, len(points))
 	src, dst := points, buf
 	var count [1 << 16]int
 	for shift := uint(0); shift < 64; shift += 16 {
@@ -160,7 +160,7 @@ func radixSortByHash(points []RingEntry) {
 
 // buildIndex buckets the ring by the top bits of the hash, about one point
 // per bucket.
-func (r *Ring) buildIndex() {
+func (r *hashRing) buildIndex() {
 	r.bits = 1
 	for r.bits < 24 && 1<<r.bits < len(r.points) {
 		r.bits++
@@ -179,7 +179,7 @@ func (r *Ring) buildIndex() {
 // wrapping to the first entry (ketama lookup). Retry attempt k > 0 moves k
 // entries clockwise, which need not be a different host. It returns -1 for
 // an empty or nil ring; negative attempts count as 0.
-func (r *Ring) Pick(hash uint64, attempt int) int {
+func (r *hashRing) Pick(hash uint64, attempt int) int {
 	if r == nil || len(r.points) == 0 {
 		return -1
 	}
@@ -208,21 +208,21 @@ func (r *Ring) Pick(hash uint64, attempt int) int {
 // Size is Envoy's ring_hash_lb.size gauge, ceil(scale). Rounding in the
 // running weight sum can make the ring itself one entry longer or shorter
 // (len(Entries())), as in Envoy; Pick wraps retries on the real length.
-func (r *Ring) Size() int { return r.size }
+func (r *hashRing) Size() int { return r.size }
 
 // Entries returns a copy of the ring in ascending hash order.
-func (r *Ring) Entries() []RingEntry {
+func (r *hashRing) Entries() []ringEntry {
 	return slices.Clone(r.points)
 }
 
 // MinHashesPerHost is the fewest entries any host got (gauge
 // ring_hash_lb.min_hashes_per_host); a low value warns of a skewed
 // distribution. It is 0 for an empty ring.
-func (r *Ring) MinHashesPerHost() int { return r.minHashes }
+func (r *hashRing) MinHashesPerHost() int { return r.minHashes }
 
 // MaxHashesPerHost is the most entries any host got (gauge
 // ring_hash_lb.max_hashes_per_host).
-func (r *Ring) MaxHashesPerHost() int { return r.maxHashes }
+func (r *hashRing) MaxHashesPerHost() int { return r.maxHashes }
 
 // normalizeWeights validates keys/weights for algo and returns weights
 // divided by their sum, as Envoy's normalized host weights.

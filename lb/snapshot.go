@@ -166,7 +166,7 @@ type hostSource struct {
 	key     int32
 	hosts   []*Host
 	weights []float64 // per host; nil when all weights are equal
-	edf     *EDF      // scheduler prototype when weights differ (RR, LR)
+	edf     *edfSched // scheduler prototype when weights differ (RR, LR)
 }
 
 // prioState is the per-priority policy state of a snapshot.
@@ -176,12 +176,12 @@ type prioState struct {
 	locality [2][]hostSource // per locality bucket: healthy, degraded
 	// Locality-weighted schedulers (healthy, degraded), nil when Envoy
 	// would build none; locWeights are their effective weights.
-	locEDF     [2]*EDF
+	locEDF     [2]*edfSched
 	locWeights [2][]float64
 	// Thread-aware structures (ring hash / Maglev) over healthy hosts, or
 	// all hosts in panic, and the hosts their indices refer to.
-	ring      *Ring
-	maglev    *Maglev
+	ring      *hashRing
+	maglev    *maglevLookup
 	hashHosts []*Host
 }
 
@@ -277,8 +277,8 @@ func NewSnapshot(cfg ClusterConfig, in BuildInput, stats *Stats) (*Snapshot, err
 	if s.zoneActive {
 		local := newHostSet(0, in.LocalCluster, in.Local, DefaultOverprovisioningFactor, false)
 		s.localPanic = local.availability().inPanic(cfg.PanicThreshold)
-		var zs ZoneStats
-		s.zone, zs = ComputeZoneRouting(zoneInputs(&s.sets[0], &local), cfg.ZoneAware)
+		var zs zoneStats
+		s.zone, zs = computeZoneRouting(zoneInputs(&s.sets[0], &local), cfg.ZoneAware)
 		if stats != nil {
 			stats.RecalculateZoneStructures.Add(1)
 			stats.LocalClusterNotOK.Add(zs.LocalClusterNotOK)
@@ -345,14 +345,14 @@ func sumWeights(hosts []*Host) uint64 {
 	return w
 }
 
-func zoneInputs(up, local *HostSet) ZoneInputs {
-	in := ZoneInputs{UpstreamHasLocal: up.HasLocalLocality, UpstreamHealthy: uint64(len(up.Healthy)), LocalHasLocal: local.HasLocalLocality}
+func zoneInputs(up, local *HostSet) zoneInput {
+	in := zoneInput{UpstreamHasLocal: up.HasLocalLocality, UpstreamHealthy: uint64(len(up.Healthy)), LocalHasLocal: local.HasLocalLocality}
 	for _, b := range up.Localities {
-		in.Upstream = append(in.Upstream, ZoneBucket{Locality: b.Locality, Healthy: uint64(len(b.Healthy)), HealthyWeight: sumWeights(b.Healthy)})
+		in.Upstream = append(in.Upstream, zoneBucket{Locality: b.Locality, Healthy: uint64(len(b.Healthy)), HealthyWeight: sumWeights(b.Healthy)})
 	}
 	for _, b := range local.Localities {
 		in.LocalHosts = append(in.LocalHosts, uint64(len(b.Hosts)))
-		in.LocalHealthy = append(in.LocalHealthy, ZoneBucket{Locality: b.Locality, Healthy: uint64(len(b.Healthy)), HealthyWeight: sumWeights(b.Healthy)})
+		in.LocalHealthy = append(in.LocalHealthy, zoneBucket{Locality: b.Locality, Healthy: uint64(len(b.Healthy)), HealthyWeight: sumWeights(b.Healthy)})
 	}
 	return in
 }
@@ -373,15 +373,15 @@ func (s *Snapshot) buildPriority(p int, in BuildInput) error {
 	if hashing {
 		return s.buildHashing(p)
 	}
-	ps.byClass[AvailHealthy] = s.source(hs.Healthy, in)
-	ps.byClass[AvailDegraded] = s.source(hs.Degraded, in)
+	ps.byClass[availHealthy] = s.source(hs.Healthy, in)
+	ps.byClass[availDegraded] = s.source(hs.Degraded, in)
 	switch {
 	case !s.load.Panic[p]:
 		// All hosts are only drawn from in panic.
 		ps.all = hostSource{key: s.sources}
 		s.sources++
 	case len(hs.Healthy) == len(hs.Hosts):
-		ps.all = ps.byClass[AvailHealthy] // the same hosts in the same order
+		ps.all = ps.byClass[availHealthy] // the same hosts in the same order
 		ps.all.key = s.sources
 		s.sources++
 	default:
@@ -396,15 +396,15 @@ func (s *Snapshot) buildPriority(p int, in BuildInput) error {
 		for i := range hs.Localities {
 			b := &hs.Localities[i]
 			list := b.Healthy
-			if class == int(AvailDegraded) {
+			if class == int(availDegraded) {
 				list = b.Degraded
 			}
 			ps.locality[class][i] = s.source(list, in)
 		}
 		if cfg.LocalityWeighted {
-			if ws := localityWeights(hs, Availability(class)); ws != nil {
+			if ws := localityWeights(hs, availability(class)); ws != nil {
 				ps.locWeights[class] = ws
-				ps.locEDF[class] = NewEDF(len(ws), func(i int) float64 { return ws[i] }, in.Seed)
+				ps.locEDF[class] = newEDF(len(ws), func(i int) float64 { return ws[i] }, in.Seed)
 			}
 		}
 	}
@@ -433,7 +433,7 @@ func (s *Snapshot) source(hosts []*Host, in BuildInput) hostSource {
 	for i, h := range hosts {
 		w := float64(h.Weight)
 		if s.inSlowStart(h, in.Now) {
-			w *= SlowStartFactor(time.Duration(in.Now-h.AddedAt), slow.Window, slow.Aggression, slow.MinWeightPercent)
+			w *= slowStartFactor(time.Duration(in.Now-h.AddedAt), slow.Window, slow.Aggression, slow.MinWeightPercent)
 			s.SlowStartUntil = max(s.SlowStartUntil, h.AddedAt+int64(slow.Window))
 		}
 		src.weights[i] = w
@@ -441,9 +441,9 @@ func (s *Snapshot) source(hosts []*Host, in BuildInput) hostSource {
 	ws := src.weights
 	bias := s.cfg.LeastRequest.ActiveRequestBias
 	if s.cfg.Policy == PolicyLeastRequest {
-		src.edf = NewEDF(len(ws), func(i int) float64 { return LeastRequestWeight(ws[i], 0, bias) }, in.Seed)
+		src.edf = newEDF(len(ws), func(i int) float64 { return leastRequestWeight(ws[i], 0, bias) }, in.Seed)
 	} else {
-		src.edf = NewEDF(len(ws), func(i int) float64 { return ws[i] }, in.Seed)
+		src.edf = newEDF(len(ws), func(i int) float64 { return ws[i] }, in.Seed)
 	}
 	return src
 }
@@ -500,9 +500,9 @@ func (s *Snapshot) buildHashing(p int) error {
 	keys, weights = keys[:len(kept)], weights[:len(kept)]
 	var err error
 	if s.cfg.Policy == PolicyRingHash {
-		ps.ring, err = BuildRing(keys, weights, s.cfg.Ring)
+		ps.ring, err = buildRing(keys, weights, s.cfg.Ring)
 	} else {
-		ps.maglev, err = BuildMaglev(keys, weights, s.cfg.MaglevTableSize)
+		ps.maglev, err = buildMaglev(keys, weights, s.cfg.MaglevTableSize)
 	}
 	if err != nil {
 		return fmt.Errorf("lb: priority %d: %w", p, err)

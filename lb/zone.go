@@ -65,16 +65,16 @@ type LocalityPercentage struct {
 	Local, Upstream uint64
 }
 
-// ZoneBucket is the input of the zone computation for one locality bucket:
+// zoneBucket is the input of the zone computation for one locality bucket:
 // its identity and its healthy host count and weight. An empty bucket
 // (no healthy host) has Healthy == 0.
-type ZoneBucket struct {
+type zoneBucket struct {
 	Locality      Locality
 	Healthy       uint64
 	HealthyWeight uint64
 }
 
-func (b ZoneBucket) weight(basis LocalityBasis) uint64 {
+func (b zoneBucket) weight(basis LocalityBasis) uint64 {
 	if basis == BasisHealthyHostsWeight {
 		return b.HealthyWeight
 	}
@@ -92,11 +92,11 @@ type ZoneRouting struct {
 	ResidualCumulative []uint64
 }
 
-// ZoneInputs describes both clusters for ComputeZoneRouting.
-type ZoneInputs struct {
+// zoneInput describes both clusters for computeZoneRouting.
+type zoneInput struct {
 	// Upstream is P0's healthy hosts per locality bucket; bucket 0 is the
 	// own zone iff UpstreamHasLocal.
-	Upstream         []ZoneBucket
+	Upstream         []zoneBucket
 	UpstreamHasLocal bool
 	// UpstreamHealthy is the number of healthy P0 hosts.
 	UpstreamHealthy uint64
@@ -104,21 +104,21 @@ type ZoneInputs struct {
 	// bucket and LocalHealthy its healthy ones; bucket 0 is the own zone iff
 	// LocalHasLocal.
 	LocalHosts    []uint64
-	LocalHealthy  []ZoneBucket
+	LocalHealthy  []zoneBucket
 	LocalHasLocal bool
 }
 
-// ZoneStats are the counters a regeneration moves.
-type ZoneStats struct {
+// zoneStats are the counters a regeneration moves.
+type zoneStats struct {
 	LocalClusterNotOK, ClusterTooSmall uint64
 }
 
-// ComputeZoneRouting is Envoy's regenerateLocalityRoutingStructures: it
+// computeZoneRouting is Envoy's regenerateLocalityRoutingStructures: it
 // checks the preconditions and computes percentages, state, local percent to
 // route and residual capacity.
-func ComputeZoneRouting(in ZoneInputs, cfg ZoneAwareConfig) (ZoneRouting, ZoneStats) {
+func computeZoneRouting(in zoneInput, cfg ZoneAwareConfig) (ZoneRouting, zoneStats) {
 	var zr ZoneRouting
-	var st ZoneStats
+	var st zoneStats
 	if len(in.Upstream) < 2 {
 		return zr, st
 	}
@@ -156,7 +156,7 @@ func ComputeZoneRouting(in ZoneInputs, cfg ZoneAwareConfig) (ZoneRouting, ZoneSt
 	return zr, st
 }
 
-func localityPercentages(in ZoneInputs, basis LocalityBasis) []LocalityPercentage {
+func localityPercentages(in zoneInput, basis LocalityBasis) []LocalityPercentage {
 	var totalLocal, totalUp uint64
 	localW := make(map[Locality]uint64, len(in.LocalHealthy))
 	for _, b := range in.LocalHealthy {

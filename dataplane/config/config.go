@@ -15,6 +15,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // Defaults that operators know from Envoy and Istio, or that meshlet chose.
@@ -233,7 +235,7 @@ type Route struct {
 	Cluster string
 	// Timeout covers all attempts of an HTTP request (0 = no timeout).
 	Timeout time.Duration
-	Retry   lb.RetryPolicy
+	Retry   retry.Policy
 }
 
 // HealthCheckKind is the active health checker type.
@@ -293,7 +295,7 @@ type Cluster struct {
 	// MaxRequestsPerConnection, 0 = unlimited.
 	MaxRequestsPerConnection uint32
 	Protocol                 UpstreamProtocol
-	CircuitBreakers          lb.CircuitBreakerThresholds
+	CircuitBreakers          circuitbreaker.Thresholds
 	// Outlier is nil when outlier detection is off.
 	Outlier *lb.OutlierConfig
 	// HealthChecks; IgnoreNewHostsUntilFirstHC mirrors Envoy's flag.

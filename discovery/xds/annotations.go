@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // The Service annotations meshlet reads; ../ANNOTATIONS.md is their
@@ -205,7 +206,7 @@ func parseOutlier(ann map[string]string, s *serviceSettings, bad func(a, reason 
 // ones keep meshlet's defaults (one retry on connect-failure and
 // refused-stream, discovery.DefaultRetryPolicy).
 func parseRetry(ann map[string]string, s *serviceSettings, bad func(a, reason string, args ...any) error) error {
-	rp := routev3.RetryPolicy{RetryOn: lb.DefaultRetryOn.String(), NumRetries: wrapperspb.UInt32(1)}
+	rp := routev3.RetryPolicy{RetryOn: retry.DefaultOn.String(), NumRetries: wrapperspb.UInt32(1)}
 	set := false
 	if v, ok := ann[AnnotationRetries]; ok {
 		n, err := parseUint(v, 0, math.MaxUint32)
@@ -215,8 +216,8 @@ func parseRetry(ann map[string]string, s *serviceSettings, bad func(a, reason st
 		rp.NumRetries, set = wrapperspb.UInt32(uint32(n)), true
 	}
 	if v, ok := ann[AnnotationRetryOn]; ok {
-		if _, err := lb.ParseRetryOn(v); err != nil {
-			return bad(AnnotationRetryOn, "%s", strings.TrimPrefix(err.Error(), "lb: retry_on: "))
+		if _, err := retry.ParseOn(v); err != nil {
+			return bad(AnnotationRetryOn, "%s", strings.TrimPrefix(err.Error(), "retry: retry_on: "))
 		}
 		rp.RetryOn, set = strings.TrimSpace(v), true
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // translateOne translates a Service that must give exactly one cluster.
@@ -343,13 +344,13 @@ func TestTranslateServiceAnnotations(t *testing.T) {
 			eq(t, r[0].Timeout, time.Duration(0))
 		}},
 		{"retries", map[string]string{AnnotationRetries: "3", AnnotationRetryOn: "5xx,reset", AnnotationPerTryTimeout: "500ms"}, func(t *testing.T, _ config.Cluster, r []config.Route) {
-			on, _ := lb.ParseRetryOn("5xx,reset")
-			want := lb.RetryPolicy{RetryOn: on, NumRetries: 3, PerTryTimeout: 500 * time.Millisecond}.WithDefaults()
+			on, _ := retry.ParseOn("5xx,reset")
+			want := retry.Policy{RetryOn: on, NumRetries: 3, PerTryTimeout: 500 * time.Millisecond}.WithDefaults()
 			eq(t, r[0].Retry, want)
 		}},
 		{"retries 0", map[string]string{AnnotationRetries: "0"}, func(t *testing.T, _ config.Cluster, r []config.Route) {
 			eq(t, r[0].Retry.NumRetries, uint32(0))
-			eq(t, r[0].Retry.RetryOn, lb.RetryOn(0))
+			eq(t, r[0].Retry.RetryOn, retry.On(0))
 		}},
 		{"unrelated meshlet.io annotation", map[string]string{"meshlet.io/inject": "false"}, func(t *testing.T, c config.Cluster, _ []config.Route) {
 			eq(t, c.LB, lb.DefaultClusterConfig())

@@ -10,6 +10,7 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
 // podConfig is the sidecar's configuration inside a Kubernetes pod
@@ -61,7 +62,7 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		name := fmt.Sprintf("inbound|%d", p)
 		cfg.Clusters = append(cfg.Clusters, config.Cluster{Name: name, LB: lb.DefaultClusterConfig(),
 			Endpoints: []lb.Endpoint{{Address: fmt.Sprintf("127.0.0.1:%d", p)}}, ConnectTimeout: time.Second,
-			CircuitBreakers: lb.DefaultCircuitBreakerThresholds(), Protocol: config.UpstreamHTTP1, IdleTimeout: config.DefaultUpstreamIdleTimeout})
+			CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1, IdleTimeout: config.DefaultUpstreamIdleTimeout})
 		cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: name, Destination: fmt.Sprintf(":%d", p),
 			Cluster: name, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
 	}

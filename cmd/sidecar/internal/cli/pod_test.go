@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
 func TestPodConfigInboundPerAppPort(t *testing.T) {
@@ -89,7 +90,7 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 		if err == nil {
 			t.Fatal("a route to a missing cluster was accepted")
 		}
-		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: lb.DefaultCircuitBreakerThresholds()}},
+		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: circuitbreaker.DefaultThresholds()}},
 			[]config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "c"}})
 		if err != nil {
 			t.Fatal(err)

@@ -1,13 +1,18 @@
-package lb
+// Package accesslog renders Envoy's default text access-log line from the
+// fields of one request. It only formats bytes: writing them out is the
+// data plane's job. It is pure, as lb is: no I/O, no goroutines, no clock.
+package accesslog
 
 import (
 	"strconv"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
-// DefaultAccessLogFormat is Envoy's default text access-log format: one
-// line, newline-terminated. AccessLogEntry.AppendDefault renders it.
-const DefaultAccessLogFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" ` +
+// DefaultFormat is Envoy's default text access-log format: one
+// line, newline-terminated. Entry.AppendDefault renders it.
+const DefaultFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" ` +
 	`%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% ` +
 	`%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" ` +
 	`"%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"` + "\n"
@@ -15,10 +20,10 @@ const DefaultAccessLogFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIG
 // startTimeLayout is %START_TIME%'s default: UTC, milliseconds truncated.
 const startTimeLayout = "2006-01-02T15:04:05.000Z"
 
-// AccessLogEntry holds the fields of the default access-log line. An empty
+// Entry holds the fields of the default access-log line. An empty
 // string renders "-", as Envoy renders an absent header or value (so an
 // empty but present header, which Envoy would render empty, also gives "-").
-type AccessLogEntry struct {
+type Entry struct {
 	StartTime time.Time // zero renders "-"
 	Method    string    // :method
 	Path      string    // :path
@@ -28,7 +33,7 @@ type AccessLogEntry struct {
 	// ResponseCode 0 renders "0": Envoy prints 0, not "-", when no
 	// response was sent (e.g. a downstream disconnect).
 	ResponseCode  int
-	Flags         ResponseFlags
+	Flags         respflag.Flags
 	BytesReceived uint64
 	BytesSent     uint64
 	Duration      time.Duration // whole milliseconds; negative renders "-"
@@ -45,9 +50,9 @@ type AccessLogEntry struct {
 	UpstreamHost        string // upstream address, e.g. "10.0.2.1:80"
 }
 
-// AppendDefault appends e rendered in DefaultAccessLogFormat, including the
+// AppendDefault appends e rendered in DefaultFormat, including the
 // trailing newline, and allocates nothing beyond b's growth.
-func (e *AccessLogEntry) AppendDefault(b []byte) []byte {
+func (e *Entry) AppendDefault(b []byte) []byte {
 	b = append(b, '[')
 	if e.StartTime.IsZero() {
 		b = append(b, '-')

@@ -1,10 +1,14 @@
-package lb
+package retry
 
 import (
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // retryFixedRandom always returns its value.
@@ -22,11 +26,11 @@ func (r *retryXorshift) Uint64() uint64 {
 	return r.s
 }
 
-func mustRetryOn(t testing.TB, s string) RetryOn {
+func mustRetryOn(t testing.TB, s string) On {
 	t.Helper()
-	on, err := ParseRetryOn(s)
+	on, err := ParseOn(s)
 	if err != nil {
-		t.Fatalf("ParseRetryOn(%q): %v", s, err)
+		t.Fatalf("ParseOn(%q): %v", s, err)
 	}
 	return on
 }
@@ -34,50 +38,50 @@ func mustRetryOn(t testing.TB, s string) RetryOn {
 func TestParseRetryOn(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    RetryOn
+		want    On
 		wantErr string
 	}{
 		{"", 0, ""},
-		{"5xx", Retry5xx, ""},
-		{" 5xx , ,reset,", Retry5xx | RetryReset, ""},
-		{"connect-failure,refused-stream", DefaultRetryOn, ""},
+		{"5xx", On5xx, ""},
+		{" 5xx , ,reset,", On5xx | OnReset, ""},
+		{"connect-failure,refused-stream", DefaultOn, ""},
 		{"cancelled,deadline-exceeded,internal,resource-exhausted,unavailable",
-			RetryGRPCCancelled | RetryGRPCDeadlineExceeded | RetryGRPCInternal | RetryGRPCResourceExhausted | RetryGRPCUnavailable, ""},
-		{"5xxx", 0, `lb: retry_on: unknown condition "5xxx"`},
+			OnGRPCCancelled | OnGRPCDeadlineExceeded | OnGRPCInternal | OnGRPCResourceExhausted | OnGRPCUnavailable, ""},
+		{"5xxx", 0, `retry: retry_on: unknown condition "5xxx"`},
 		// Known names survive an error, as Envoy keeps them from headers.
-		{"gateway-error,bogus,reset", RetryGatewayError | RetryReset, `lb: retry_on: unknown condition "bogus"`},
-		{"5XX", 0, `lb: retry_on: unknown condition "5XX"`}, // names are case-sensitive
-		{"a,b", 0, `lb: retry_on: unknown condition "a"`},   // the first unknown is named
+		{"gateway-error,bogus,reset", OnGatewayError | OnReset, `retry: retry_on: unknown condition "bogus"`},
+		{"5XX", 0, `retry: retry_on: unknown condition "5XX"`}, // names are case-sensitive
+		{"a,b", 0, `retry: retry_on: unknown condition "a"`},   // the first unknown is named
 	}
 	for _, tt := range tests {
-		got, err := ParseRetryOn(tt.in)
+		got, err := ParseOn(tt.in)
 		if got != tt.want {
-			t.Errorf("ParseRetryOn(%q) = %v, want %v", tt.in, got, tt.want)
+			t.Errorf("ParseOn(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 		gotErr := ""
 		if err != nil {
 			gotErr = err.Error()
 		}
 		if gotErr != tt.wantErr {
-			t.Errorf("ParseRetryOn(%q) error %q, want %q", tt.in, gotErr, tt.wantErr)
+			t.Errorf("ParseOn(%q) error %q, want %q", tt.in, gotErr, tt.wantErr)
 		}
 	}
 }
 
 func TestRetryOnStringRoundTrip(t *testing.T) {
 	for i := range len(retryOnNames) {
-		bit := RetryOn(1) << i
+		bit := On(1) << i
 		if got := mustRetryOn(t, bit.String()); got != bit {
 			t.Errorf("bit %d: %q parses to %v", i, bit.String(), got)
 		}
 	}
-	if got, want := (RetryConnectFailure | Retry5xx).String(), "5xx,connect-failure"; got != want {
+	if got, want := (OnConnectFailure | On5xx).String(), "5xx,connect-failure"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	if got := RetryOn(0).String(); got != "" {
-		t.Errorf("RetryOn(0).String() = %q, want empty", got)
+	if got := On(0).String(); got != "" {
+		t.Errorf("On(0).String() = %q, want empty", got)
 	}
-	all := RetryOn(1)<<len(retryOnNames) - 1
+	all := On(1)<<len(retryOnNames) - 1
 	if got := mustRetryOn(t, all.String()); got != all {
 		t.Errorf("all conditions round-trip to %v, want %v", got, all)
 	}
@@ -108,14 +112,14 @@ func TestResetReasonNames(t *testing.T) {
 }
 
 func TestRetryPolicyWithDefaults(t *testing.T) {
-	got := RetryPolicy{}.WithDefaults()
-	want := RetryPolicy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}
+	got := Policy{}.WithDefaults()
+	want := Policy{NumRetries: 1, BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1}
 	if got.RetryOn != 0 || got.NumRetries != want.NumRetries || got.BaseInterval != want.BaseInterval ||
 		got.MaxInterval != want.MaxInterval || got.HostSelectionRetryMaxAttempts != want.HostSelectionRetryMaxAttempts {
 		t.Errorf("zero.WithDefaults() = %+v, want %+v", got, want)
 	}
-	set := RetryPolicy{RetryOn: Retry5xx, NumRetries: 4, BaseInterval: 100 * time.Millisecond, HostSelectionRetryMaxAttempts: 5}.WithDefaults()
-	if set.RetryOn != Retry5xx || set.NumRetries != 4 || set.MaxInterval != time.Second || set.HostSelectionRetryMaxAttempts != 5 {
+	set := Policy{RetryOn: On5xx, NumRetries: 4, BaseInterval: 100 * time.Millisecond, HostSelectionRetryMaxAttempts: 5}.WithDefaults()
+	if set.RetryOn != On5xx || set.NumRetries != 4 || set.MaxInterval != time.Second || set.HostSelectionRetryMaxAttempts != 5 {
 		t.Errorf("set fields not kept or max not 10 x base: %+v", set)
 	}
 }
@@ -161,7 +165,7 @@ func TestWouldRetryOnResponse(t *testing.T) {
 		{"", nil, 503, false, 14, false},
 	}
 	for _, tt := range tests {
-		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), RetriableStatusCodes: tt.codes}
+		p := Policy{RetryOn: mustRetryOn(t, tt.on), RetriableStatusCodes: tt.codes}
 		if got := WouldRetryOnResponse(&p, tt.status, tt.rl, tt.grpc); got != tt.want {
 			t.Errorf("retry_on %q codes %v: status %d ratelimited %v grpc %d: got %v, want %v",
 				tt.on, tt.codes, tt.status, tt.rl, tt.grpc, got, tt.want)
@@ -173,26 +177,26 @@ func TestWouldRetryOnResponse(t *testing.T) {
 }
 
 func TestRetriableHeadersAndTooEarly(t *testing.T) {
-	p := RetryPolicy{RetryOn: mustRetryOn(t, "retriable-headers,retriable-status-codes"), NumRetries: 3, RetriableStatusCodes: []uint32{425}}
+	p := Policy{RetryOn: mustRetryOn(t, "retriable-headers,retriable-status-codes"), NumRetries: 3, RetriableStatusCodes: []uint32{425}}
 	tests := []struct {
 		name        string
 		r           UpstreamResponse
-		want        RetryDecision
+		want        Decision
 		wantBackoff bool // a back-off was drawn, not an immediate retry
 	}{
-		{"header matched", UpstreamResponse{Status: 200, RetriableHeaderMatched: true, GRPCStatus: -1}, RetryYes, true},
-		{"no header", UpstreamResponse{Status: 200, GRPCStatus: -1}, RetryNo, false},
-		{"425 not early data", UpstreamResponse{Status: 425, GRPCStatus: -1}, RetryYes, false},
-		{"425 early data", UpstreamResponse{Status: 425, EarlyData: true, GRPCStatus: -1}, RetryNo, false},
+		{"header matched", UpstreamResponse{Status: 200, RetriableHeaderMatched: true, GRPCStatus: -1}, Yes, true},
+		{"no header", UpstreamResponse{Status: 200, GRPCStatus: -1}, No, false},
+		{"425 not early data", UpstreamResponse{Status: 425, GRPCStatus: -1}, Yes, false},
+		{"425 early data", UpstreamResponse{Status: 425, EarlyData: true, GRPCStatus: -1}, No, false},
 	}
 	for _, tt := range tests {
-		var s RetryState
+		var s State
 		s.Init(&p, retryFixedRandom(7))
 		d, _ := s.OnUpstreamResponse(tt.r, true)
 		if d != tt.want {
 			t.Errorf("%s: decision %v, want %v", tt.name, d, tt.want)
 		}
-		if got := s.LastStats()&StatRetryBackoffExponential != 0; got != tt.wantBackoff {
+		if got := s.LastStats()&StatBackoffExponential != 0; got != tt.wantBackoff {
 			t.Errorf("%s: exponential back-off drawn = %v, want %v", tt.name, got, tt.wantBackoff)
 		}
 	}
@@ -230,7 +234,7 @@ func TestWouldRetryOnReset(t *testing.T) {
 		{"", ResetRemote, false, false},
 	}
 	for _, tt := range tests {
-		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on)}
+		p := Policy{RetryOn: mustRetryOn(t, tt.on)}
 		if got := WouldRetryOnReset(&p, tt.reason, tt.started); got != tt.want {
 			t.Errorf("retry_on %q: reset %v started %v: got %v, want %v", tt.on, tt.reason, tt.started, got, tt.want)
 		}
@@ -245,42 +249,42 @@ func TestHTTP3Resets(t *testing.T) {
 		name string
 		on   string
 		r    UpstreamReset
-		want RetryDecision
+		want Decision
 	}{
-		{"0-RTT connect failure retries at once without connect-failure", "retriable-4xx", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, RetryYes},
-		{"no conditions, no retry state", "", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, RetryNo},
-		{"post-connect failure", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true, HTTP3: true}, RetryYes},
-		{"post-connect failure needs HTTP/3", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true}, RetryNo},
-		{"overflow never", "http3-post-connect-failure,reset", UpstreamReset{Reason: ResetOverflow, HTTP3: true}, RetryNo},
+		{"0-RTT connect failure retries at once without connect-failure", "retriable-4xx", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, Yes},
+		{"no conditions, no retry state", "", UpstreamReset{Reason: ResetConnectionFailure, HTTP3: true}, No},
+		{"post-connect failure", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true, HTTP3: true}, Yes},
+		{"post-connect failure needs HTTP/3", "http3-post-connect-failure", UpstreamReset{Reason: ResetRemote, RequestStarted: true}, No},
+		{"overflow never", "http3-post-connect-failure,reset", UpstreamReset{Reason: ResetOverflow, HTTP3: true}, No},
 	}
 	for _, tt := range tests {
-		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1}
-		var s RetryState
+		p := Policy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1}
+		var s State
 		s.Init(&p, retryFixedRandom(7))
 		d, backoff := s.OnUpstreamReset(tt.r, true)
 		if d != tt.want {
 			t.Errorf("%s: decision %v, want %v", tt.name, d, tt.want)
 		}
-		if d == RetryYes && (backoff != 0 || s.LastStats()&StatRetryBackoffExponential != 0) {
+		if d == Yes && (backoff != 0 || s.LastStats()&StatBackoffExponential != 0) {
 			t.Errorf("%s: HTTP/3 retries are immediate, got back-off %v stats %b", tt.name, backoff, s.LastStats())
 		}
 	}
 }
 
 func TestRetryStateLimitExceeded(t *testing.T) {
-	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 2}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: On5xx, NumRetries: 2}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(math.MaxUint64))
 	steps := []struct {
-		want      RetryDecision
+		want      Decision
 		remaining uint32
-		stats     RetryStats
-		flag      ResponseFlags
+		stats     Stats
+		flag      respflag.Flags
 	}{
-		{RetryYes, 1, StatRetry | StatRetryBackoffExponential, 0},
-		{RetryYes, 0, StatRetry | StatRetryBackoffExponential, 0},
-		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
-		{RetryLimitExceeded, 0, StatRetryLimitExceeded, FlagURX},
+		{Yes, 1, StatRetry | StatBackoffExponential, 0},
+		{Yes, 0, StatRetry | StatBackoffExponential, 0},
+		{LimitExceeded, 0, StatLimitExceeded, respflag.URX},
+		{LimitExceeded, 0, StatLimitExceeded, respflag.URX},
 	}
 	for i, st := range steps {
 		d, _ := s.OnResponse(503, false, -1, true)
@@ -292,32 +296,32 @@ func TestRetryStateLimitExceeded(t *testing.T) {
 }
 
 func TestRetryStateZeroRetries(t *testing.T) {
-	p := RetryPolicy{RetryOn: Retry5xx}.WithDefaults()
+	p := Policy{RetryOn: On5xx}.WithDefaults()
 	p.NumRetries = 0 // explicit zero, set after the defaults
-	var s RetryState
+	var s State
 	s.Init(&p, retryFixedRandom(0))
-	if d, _ := s.OnReset(ResetRemote, true, true); d != RetryLimitExceeded {
-		t.Errorf("num_retries 0: got %v, want RetryLimitExceeded", d)
+	if d, _ := s.OnReset(ResetRemote, true, true); d != LimitExceeded {
+		t.Errorf("num_retries 0: got %v, want LimitExceeded", d)
 	}
 }
 
 func TestRetryStateOverflow(t *testing.T) {
-	p := RetryPolicy{RetryOn: RetryReset, NumRetries: 2}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: OnReset, NumRetries: 2}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(3))
 	// The breaker refuses: UO, and the retry is spent all the same.
 	d, backoff := s.OnReset(ResetRemote, true, false)
-	if d != RetryOverflow || d.Flag() != FlagUO || backoff != 0 || s.LastStats() != StatRetryOverflow || s.RetriesRemaining() != 1 {
+	if d != Overflow || d.Flag() != respflag.UO || backoff != 0 || s.LastStats() != StatOverflow || s.RetriesRemaining() != 1 {
 		t.Errorf("refused: got %v flag %v backoff %v stats %b remaining %d", d, d.Flag(), backoff, s.LastStats(), s.RetriesRemaining())
 	}
 	if s.HoldsRetrySlot() {
 		t.Error("overflow holds a retry slot")
 	}
-	if d, _ := s.OnReset(ResetRemote, true, true); d != RetryYes || !s.HoldsRetrySlot() {
-		t.Errorf("admitted: got %v holds %v, want RetryYes holding", d, s.HoldsRetrySlot())
+	if d, _ := s.OnReset(ResetRemote, true, true); d != Yes || !s.HoldsRetrySlot() {
+		t.Errorf("admitted: got %v holds %v, want Yes holding", d, s.HoldsRetrySlot())
 	}
-	if d, _ := s.OnReset(ResetRemote, true, false); d != RetryLimitExceeded {
-		t.Errorf("exhausted: got %v, want RetryLimitExceeded (the limit is checked before the breaker)", d)
+	if d, _ := s.OnReset(ResetRemote, true, false); d != LimitExceeded {
+		t.Errorf("exhausted: got %v, want LimitExceeded (the limit is checked before the breaker)", d)
 	}
 	if s.HoldsRetrySlot() {
 		t.Error("slot not released by the next decision")
@@ -325,22 +329,22 @@ func TestRetryStateOverflow(t *testing.T) {
 }
 
 func TestRetryStateBudgetOverflow(t *testing.T) {
-	budget := DefaultRetryBudget()
-	cb := DefaultCircuitBreakerThresholds()
+	budget := circuitbreaker.DefaultRetryBudget()
+	cb := circuitbreaker.DefaultThresholds()
 	cb.RetryBudget = &budget
-	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 5}.WithDefaults()
+	p := Policy{RetryOn: On5xx, NumRetries: 5}.WithDefaults()
 	tests := []struct {
 		activeRetries, active, pending uint64
-		want                           RetryDecision
+		want                           Decision
 	}{
-		{2, 10, 0, RetryYes},        // 20% of 10 is 2, the floor 3 applies
-		{3, 10, 0, RetryOverflow},   // floor reached
-		{3, 20, 0, RetryYes},        // 20% of 20 is 4
-		{19, 100, 0, RetryYes},      // 20% of 100 is 20
-		{20, 90, 10, RetryOverflow}, // pending requests count too
+		{2, 10, 0, Yes},        // 20% of 10 is 2, the floor 3 applies
+		{3, 10, 0, Overflow},   // floor reached
+		{3, 20, 0, Yes},        // 20% of 20 is 4
+		{19, 100, 0, Yes},      // 20% of 100 is 20
+		{20, 90, 10, Overflow}, // pending requests count too
 	}
 	for _, tt := range tests {
-		var s RetryState
+		var s State
 		s.Init(&p, retryFixedRandom(1))
 		allowed := cb.RetryAllowed(tt.activeRetries, tt.active, tt.pending)
 		if d, _ := s.OnResponse(503, false, -1, allowed); d != tt.want {
@@ -355,34 +359,34 @@ func TestRetryStateBudgetOverflow(t *testing.T) {
 }
 
 func TestRetryStateRateLimitedPrecedence(t *testing.T) {
-	p := RetryPolicy{RetryOn: Retry5xx | RetryEnvoyRateLimited, NumRetries: 3}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: On5xx | OnEnvoyRateLimited, NumRetries: 3}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(22))
 	d, backoff := s.OnUpstreamResponse(UpstreamResponse{Status: 429, EnvoyRateLimited: true, GRPCStatus: -1, RateLimitReset: 500 * time.Millisecond}, true)
-	if d != RetryYes || backoff != 522*time.Millisecond || s.LastStats() != StatRetry|StatRetryBackoffRateLimited {
-		t.Errorf("reset header: got %v %v stats %b, want RetryYes 522ms rate-limited", d, backoff, s.LastStats())
+	if d != Yes || backoff != 522*time.Millisecond || s.LastStats() != StatRetry|StatBackoffRateLimited {
+		t.Errorf("reset header: got %v %v stats %b, want Yes 522ms rate-limited", d, backoff, s.LastStats())
 	}
 	// The next retry without a header is exponential again, from the base.
 	d, backoff = s.OnResponse(503, false, -1, true)
-	if d != RetryYes || backoff != 22*time.Millisecond || s.LastStats() != StatRetry|StatRetryBackoffExponential {
-		t.Errorf("no header: got %v %v stats %b, want RetryYes 22ms exponential", d, backoff, s.LastStats())
+	if d != Yes || backoff != 22*time.Millisecond || s.LastStats() != StatRetry|StatBackoffExponential {
+		t.Errorf("no header: got %v %v stats %b, want Yes 22ms exponential", d, backoff, s.LastStats())
 	}
 	// Intervals under 2 whole ms are ignored.
 	d, backoff = s.OnUpstreamResponse(UpstreamResponse{Status: 503, GRPCStatus: -1, RateLimitReset: 1999 * time.Microsecond}, true)
-	if d != RetryYes || backoff != 22*time.Millisecond || s.LastStats()&StatRetryBackoffExponential == 0 {
+	if d != Yes || backoff != 22*time.Millisecond || s.LastStats()&StatBackoffExponential == 0 {
 		t.Errorf("1ms header: got %v %v stats %b, want exponential 22ms (interval 50)", d, backoff, s.LastStats())
 	}
 	// A rate-limited 503 without envoy-ratelimited is not retried by 5xx.
-	p2 := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3}.WithDefaults()
+	p2 := Policy{RetryOn: On5xx, NumRetries: 3}.WithDefaults()
 	s.Init(&p2, retryFixedRandom(22))
-	if d, _ := s.OnResponse(503, true, -1, true); d != RetryNo {
-		t.Errorf("x-envoy-ratelimited under 5xx: got %v, want RetryNo", d)
+	if d, _ := s.OnResponse(503, true, -1, true); d != No {
+		t.Errorf("x-envoy-ratelimited under 5xx: got %v, want No", d)
 	}
 }
 
 func TestRetryStateBackoffSequence(t *testing.T) {
-	p := RetryPolicy{RetryOn: RetryConnectFailure, NumRetries: 10}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: OnConnectFailure, NumRetries: 10}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(math.MaxUint64))
 	// The default-retry vector: intervals 25, 50, 100, 200, 250 ms.
 	for i, want := range []time.Duration{15, 15, 15, 15, 115, 115} {
@@ -394,24 +398,24 @@ func TestRetryStateBackoffSequence(t *testing.T) {
 }
 
 func TestRetryStateSuccess(t *testing.T) {
-	p := RetryPolicy{RetryOn: Retry5xx, NumRetries: 3}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: On5xx, NumRetries: 3}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(0))
-	if d, _ := s.OnResponse(200, false, -1, true); d != RetryNo || s.LastStats() != 0 {
-		t.Errorf("first attempt ok: %v stats %b, want RetryNo and no counters", d, s.LastStats())
+	if d, _ := s.OnResponse(200, false, -1, true); d != No || s.LastStats() != 0 {
+		t.Errorf("first attempt ok: %v stats %b, want No and no counters", d, s.LastStats())
 	}
 	s.OnResponse(503, false, -1, true)
 	if !s.HoldsRetrySlot() {
 		t.Fatal("granted retry holds no slot")
 	}
-	if d, _ := s.OnResponse(200, false, -1, true); d != RetryNo || s.LastStats() != StatRetrySuccess || s.HoldsRetrySlot() {
-		t.Errorf("retry ok: %v stats %b holds %v, want RetryNo, retry_success, slot released", d, s.LastStats(), s.HoldsRetrySlot())
+	if d, _ := s.OnResponse(200, false, -1, true); d != No || s.LastStats() != StatSuccess || s.HoldsRetrySlot() {
+		t.Errorf("retry ok: %v stats %b holds %v, want No, retry_success, slot released", d, s.LastStats(), s.HoldsRetrySlot())
 	}
 	// A retry that ends in the limit is no success.
 	p.NumRetries = 1
 	s.Init(&p, retryFixedRandom(0))
 	s.OnResponse(503, false, -1, true)
-	if s.OnResponse(503, false, -1, true); s.LastStats() != StatRetryLimitExceeded {
+	if s.OnResponse(503, false, -1, true); s.LastStats() != StatLimitExceeded {
 		t.Errorf("retry then limit: stats %b, want limit exceeded only", s.LastStats())
 	}
 }
@@ -420,20 +424,20 @@ func TestRetryStatePerTryTimeout(t *testing.T) {
 	tests := []struct {
 		on      string
 		started bool
-		want    RetryDecision
+		want    Decision
 	}{
-		{"reset", true, RetryYes},
-		{"5xx", true, RetryYes},
-		{"gateway-error", true, RetryYes},
-		{"connect-failure", true, RetryNo},
-		{"refused-stream", true, RetryNo},
-		{"retriable-4xx,retriable-status-codes", true, RetryNo},
-		{"reset-before-request", false, RetryYes},
-		{"reset-before-request", true, RetryNo},
+		{"reset", true, Yes},
+		{"5xx", true, Yes},
+		{"gateway-error", true, Yes},
+		{"connect-failure", true, No},
+		{"refused-stream", true, No},
+		{"retriable-4xx,retriable-status-codes", true, No},
+		{"reset-before-request", false, Yes},
+		{"reset-before-request", true, No},
 	}
 	for _, tt := range tests {
-		p := RetryPolicy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1, PerTryTimeout: time.Second}.WithDefaults()
-		var s RetryState
+		p := Policy{RetryOn: mustRetryOn(t, tt.on), NumRetries: 1, PerTryTimeout: time.Second}.WithDefaults()
+		var s State
 		s.Init(&p, retryFixedRandom(0))
 		if d, _ := s.OnPerTryTimeout(tt.started, true); d != tt.want {
 			t.Errorf("retry_on %q started %v: got %v, want %v", tt.on, tt.started, d, tt.want)
@@ -442,51 +446,51 @@ func TestRetryStatePerTryTimeout(t *testing.T) {
 }
 
 func TestRetryStateStartedIsSticky(t *testing.T) {
-	p := RetryPolicy{RetryOn: RetryResetBeforeRequest | RetryRefusedStream, NumRetries: 3}.WithDefaults()
-	var s RetryState
+	p := Policy{RetryOn: OnResetBeforeRequest | OnRefusedStream, NumRetries: 3}.WithDefaults()
+	var s State
 	s.Init(&p, retryFixedRandom(0))
-	if d, _ := s.OnReset(ResetRemoteRefusedStream, true, true); d != RetryYes {
-		t.Fatalf("refused stream: got %v, want RetryYes", d)
+	if d, _ := s.OnReset(ResetRemoteRefusedStream, true, true); d != Yes {
+		t.Fatalf("refused stream: got %v, want Yes", d)
 	}
 	// Bytes went out on the first attempt, so this reset is not "before request".
-	if d, _ := s.OnReset(ResetRemote, false, true); d != RetryNo {
-		t.Errorf("later reset: got %v, want RetryNo", d)
+	if d, _ := s.OnReset(ResetRemote, false, true); d != No {
+		t.Errorf("later reset: got %v, want No", d)
 	}
 }
 
 func TestRetryStateZeroValue(t *testing.T) {
-	var s RetryState
-	if d, b := s.OnResponse(503, false, -1, true); d != RetryNo || b != 0 {
+	var s State
+	if d, b := s.OnResponse(503, false, -1, true); d != No || b != 0 {
 		t.Errorf("zero state: %v %v", d, b)
 	}
 	s.Init(nil, retryFixedRandom(0))
-	if d, _ := s.OnReset(ResetRemote, false, true); d != RetryNo {
+	if d, _ := s.OnReset(ResetRemote, false, true); d != No {
 		t.Errorf("nil policy: %v", d)
 	}
 }
 
 func TestRetryStatsEach(t *testing.T) {
 	var got []string
-	(StatRetry | StatRetryBackoffRateLimited | StatRetryLimitExceeded).Each(func(n string) { got = append(got, n) })
+	(StatRetry | StatBackoffRateLimited | StatLimitExceeded).Each(func(n string) { got = append(got, n) })
 	want := []string{"upstream_rq_retry", "upstream_rq_retry_limit_exceeded", "upstream_rq_retry_backoff_ratelimited"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("Each = %v, want %v", got, want)
 	}
 	n := 0
-	(RetryStats(1)<<len(retryStatNames) - 1).Each(func(string) { n++ })
+	(Stats(1)<<len(retryStatNames) - 1).Each(func(string) { n++ })
 	if n != 6 {
 		t.Errorf("all stats: %d names, want 6", n)
 	}
 }
 
 func TestRetryDecisionNames(t *testing.T) {
-	for d, want := range map[RetryDecision]string{RetryNo: "RetryNo", RetryYes: "RetryYes", RetryLimitExceeded: "RetryLimitExceeded", RetryOverflow: "RetryOverflow", 9: "RetryDecision(9)"} {
+	for d, want := range map[Decision]string{No: "No", Yes: "Yes", LimitExceeded: "LimitExceeded", Overflow: "Overflow", 9: "Decision(9)"} {
 		if got := d.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)
 		}
 	}
-	if RetryNo.Flag() != 0 || RetryYes.Flag() != 0 {
-		t.Error("RetryNo/RetryYes carry a flag")
+	if No.Flag() != 0 || Yes.Flag() != 0 {
+		t.Error("No/Yes carry a flag")
 	}
 }
 
@@ -543,65 +547,10 @@ func TestRateLimitedBackoff(t *testing.T) {
 	}
 }
 
-func TestRetryBudgetMax(t *testing.T) {
-	tests := []struct {
-		b               RetryBudget
-		active, pending uint64
-		want            uint64
-	}{
-		{DefaultRetryBudget(), 0, 0, 3},
-		{DefaultRetryBudget(), 100, 0, 20},
-		{DefaultRetryBudget(), 17, 0, 3},
-		{DefaultRetryBudget(), 24, 0, 4}, // 4.8 truncates
-		// Envoy computes percent/100*count in double and truncates.
-		{RetryBudget{BudgetPercent: 29, MinRetryConcurrency: 0}, 100, 0, 28}, // 28.999...
-		{RetryBudget{BudgetPercent: 57, MinRetryConcurrency: 0}, 100, 0, 56},
-		{RetryBudget{BudgetPercent: 35, MinRetryConcurrency: 0}, 100, 80, 62},
-		{RetryBudget{BudgetPercent: 0, MinRetryConcurrency: 0}, 1000, 0, 0},
-		{RetryBudget{BudgetPercent: -5, MinRetryConcurrency: 1}, 1000, 0, 1},
-		{RetryBudget{BudgetPercent: math.NaN(), MinRetryConcurrency: 2}, 1000, 0, 2},
-		{RetryBudget{BudgetPercent: 1e30, MinRetryConcurrency: 2}, 1000, 0, math.MaxUint64},
-	}
-	for _, tt := range tests {
-		if got := tt.b.MaxActiveRetries(tt.active, tt.pending); got != tt.want {
-			t.Errorf("%+v.MaxActiveRetries(%d, %d) = %d, want %d", tt.b, tt.active, tt.pending, got, tt.want)
-		}
-	}
-}
-
-func TestCircuitBreakerThresholds(t *testing.T) {
-	c := DefaultCircuitBreakerThresholds()
-	if c.MaxConnections != 1024 || c.MaxPendingRequests != 1024 || c.MaxRequests != 1024 || c.MaxRetries != 3 || c.MaxConnectionPools != 0 || c.RetryBudget != nil {
-		t.Fatalf("defaults: %+v", c)
-	}
-	type check struct {
-		name      string
-		got, want bool
-	}
-	checks := []check{
-		{"connection 1023", c.ConnectionAllowed(1023), true},
-		{"connection 1024", c.ConnectionAllowed(1024), false},
-		{"pending 1023", c.PendingRequestAllowed(1023), true},
-		{"pending 1024", c.PendingRequestAllowed(1024), false},
-		{"request 1023", c.RequestAllowed(1023), true},
-		{"request 1024", c.RequestAllowed(1024), false},
-		{"pools unlimited", c.ConnectionPoolAllowed(math.MaxUint64 - 1), true},
-		{"retry 2", c.RetryAllowed(2, 0, 0), true},
-		{"retry 3", c.RetryAllowed(3, 0, 0), false},
-	}
-	c.MaxConnectionPools = 2
-	checks = append(checks, check{"pool 1 of 2", c.ConnectionPoolAllowed(1), true}, check{"pool 2 of 2", c.ConnectionPoolAllowed(2), false})
-	for _, ck := range checks {
-		if ck.got != ck.want {
-			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
-		}
-	}
-}
-
 func TestRetryStateDoesNotAllocate(t *testing.T) {
-	p := RetryPolicy{RetryOn: Retry5xx | RetryReset, NumRetries: 1 << 30}.WithDefaults()
+	p := Policy{RetryOn: On5xx | OnReset, NumRetries: 1 << 30}.WithDefaults()
 	rnd := &retryXorshift{s: 1}
-	var s RetryState
+	var s State
 	allocs := testing.AllocsPerRun(100, func() {
 		s.Init(&p, rnd)
 		s.OnResponse(503, false, -1, true)
@@ -609,21 +558,45 @@ func TestRetryStateDoesNotAllocate(t *testing.T) {
 		s.OnUpstreamResponse(UpstreamResponse{Status: 503, RateLimitReset: time.Second}, true)
 	})
 	if allocs != 0 {
-		t.Errorf("RetryState decisions allocate %v times per run", allocs)
+		t.Errorf("State decisions allocate %v times per run", allocs)
 	}
-	if a := testing.AllocsPerRun(100, func() { _, _ = ParseRetryOn("5xx, reset,connect-failure") }); a != 0 {
-		t.Errorf("ParseRetryOn allocates %v times", a)
+	if a := testing.AllocsPerRun(100, func() { _, _ = ParseOn("5xx, reset,connect-failure") }); a != 0 {
+		t.Errorf("ParseOn allocates %v times", a)
 	}
 }
 
 func BenchmarkRetryStateOnResponse(b *testing.B) {
-	p := RetryPolicy{RetryOn: Retry5xx | RetryConnectFailure, NumRetries: 2}.WithDefaults()
+	p := Policy{RetryOn: On5xx | OnConnectFailure, NumRetries: 2}.WithDefaults()
 	rnd := &retryXorshift{s: 88172645463325252}
 	b.ReportAllocs()
 	for b.Loop() {
-		var s RetryState
+		var s State
 		s.Init(&p, rnd)
 		s.OnResponse(503, false, -1, true)
 		s.OnResponse(200, false, -1, true)
+	}
+}
+
+// State carries the policy's retry priority plugin: disabled without
+// RetryPriorityUpdateFrequency, fed every attempted host otherwise.
+func TestRetryStateRetryPriority(t *testing.T) {
+	var s State
+	p := Policy{RetryOn: On5xx, NumRetries: 3}.WithDefaults()
+	s.Init(&p, retryFixedRandom(0))
+	if s.RetryPriority() != nil {
+		t.Fatal("RetryPriority without update frequency: want nil")
+	}
+	s.OnHostAttempted(&lb.Host{Priority: 1}) // ignored
+	p.RetryPriorityUpdateFrequency = 1
+	s.Init(&p, retryFixedRandom(0))
+	rp := s.RetryPriority()
+	if rp == nil || !rp.Enabled() {
+		t.Fatal("RetryPriority with update frequency 1: want the enabled plugin")
+	}
+	s.OnHostAttempted(nil) // no host: nothing recorded
+	s.OnHostAttempted(&lb.Host{Priority: 0})
+	l := lb.ComputePriorityLoad([]lb.PriorityAvailability{{Hosts: 2, Healthy: 2, OverprovisioningFactor: 140}, {Hosts: 2, Healthy: 2, OverprovisioningFactor: 140}}, 0)
+	if h, _ := rp.PriorityLoad(&l); len(h) != 2 || h[0] != 0 || h[1] != 100 {
+		t.Errorf("after a P0 attempt: healthy load %v, want [0 100]", h)
 	}
 }

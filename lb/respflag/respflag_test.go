@@ -1,4 +1,4 @@
-package lb
+package respflag
 
 import (
 	"strings"
@@ -7,33 +7,33 @@ import (
 
 func TestResponseFlagBits(t *testing.T) {
 	// Bit i is Envoy's flag number i; spot-check the old enum's masks.
-	for i, n := range ResponseFlagNames() {
-		if n.Flag != ResponseFlags(1)<<i {
+	for i, n := range Names() {
+		if n.Flag != Flags(1)<<i {
 			t.Errorf("table row %d (%s) has bit %#x, want %#x", i, n.Short, uint64(n.Flag), uint64(1)<<i)
 		}
 	}
-	for f, want := range map[ResponseFlags]uint64{FlagLH: 0x1, FlagUH: 0x2, FlagUF: 0x20, FlagUO: 0x80, FlagURX: 0x8000, FlagDT: 0x400000, FlagDO: 0x8000000, FlagUDO: 0x20000000} {
+	for f, want := range map[Flags]uint64{LH: 0x1, UH: 0x2, UF: 0x20, UO: 0x80, URX: 0x8000, DT: 0x400000, DO: 0x8000000, UDO: 0x20000000} {
 		if uint64(f) != want {
 			t.Errorf("%s = %#x, want %#x", f.Short(), uint64(f), want)
 		}
 	}
-	if n := len(ResponseFlagNames()); n != 30 {
+	if n := len(Names()); n != 30 {
 		t.Errorf("%d flags, want 30", n)
 	}
 }
 
 func TestResponseFlagsRendering(t *testing.T) {
 	tests := []struct {
-		f           ResponseFlags
+		f           Flags
 		short, long string
 	}{
 		{0, "-", "-"},
 		{1 << 40, "-", "-"}, // bits beyond the table are ignored
-		{FlagUH, "UH", "NoHealthyUpstream"},
+		{UH, "UH", "NoHealthyUpstream"},
 		// Fixed table order, whatever order the flags were set in.
-		{FlagURX | FlagUF, "UF,URX", "UpstreamConnectionFailure,UpstreamRetryLimitExceeded"},
-		{FlagUO | FlagUH | FlagLH, "LH,UH,UO", "FailedLocalHealthCheck,NoHealthyUpstream,UpstreamOverflow"},
-		{FlagUDO | FlagDC | 1<<40, "DC,UDO", "DownstreamConnectionTermination,UnconditionalDropOverload"},
+		{URX | UF, "UF,URX", "UpstreamConnectionFailure,UpstreamRetryLimitExceeded"},
+		{UO | UH | LH, "LH,UH,UO", "FailedLocalHealthCheck,NoHealthyUpstream,UpstreamOverflow"},
+		{UDO | DC | 1<<40, "DC,UDO", "DownstreamConnectionTermination,UnconditionalDropOverload"},
 	}
 	for _, tt := range tests {
 		if got := tt.f.Short(); got != tt.short {
@@ -49,9 +49,9 @@ func TestResponseFlagsRendering(t *testing.T) {
 			t.Errorf("%#x.AppendShort(x=) = %q", uint64(tt.f), got)
 		}
 	}
-	var all ResponseFlags
+	var all Flags
 	var shorts []string
-	for _, n := range ResponseFlagNames() {
+	for _, n := range Names() {
 		all |= n.Flag
 		shorts = append(shorts, n.Short)
 	}
@@ -64,57 +64,57 @@ func TestResponseFlagsRendering(t *testing.T) {
 }
 
 func TestParseResponseFlags(t *testing.T) {
-	for _, n := range ResponseFlagNames() {
-		f, err := ParseResponseFlag(n.Short)
+	for _, n := range Names() {
+		f, err := Lookup(n.Short)
 		if err != nil || f != n.Flag {
-			t.Errorf("ParseResponseFlag(%q) = %v, %v", n.Short, f, err)
+			t.Errorf("Lookup(%q) = %v, %v", n.Short, f, err)
 		}
 	}
 	for _, bad := range []string{"uf", "", "UF,URX", "NoHealthyUpstream"} {
-		if _, err := ParseResponseFlag(bad); err == nil {
-			t.Errorf("ParseResponseFlag(%q): want error", bad)
+		if _, err := Lookup(bad); err == nil {
+			t.Errorf("Lookup(%q): want error", bad)
 		}
 	}
-	if _, err := ParseResponseFlag("XX"); err == nil || err.Error() != `lb: unknown response flag "XX"` {
-		t.Errorf("ParseResponseFlag(XX) error = %v", err)
+	if _, err := Lookup("XX"); err == nil || err.Error() != `respflag: unknown response flag "XX"` {
+		t.Errorf("Lookup(XX) error = %v", err)
 	}
 	tests := []struct {
 		in   string
-		want ResponseFlags
+		want Flags
 		ok   bool
 	}{
 		{"-", 0, true},
-		{"UF", FlagUF, true},
-		{"UF,URX", FlagUF | FlagURX, true},
-		{"URX,UF", FlagUF | FlagURX, true},
+		{"UF", UF, true},
+		{"UF,URX", UF | URX, true},
+		{"URX,UF", UF | URX, true},
 		{"UF,XX", 0, false},
 		{"UF,-", 0, false},
 	}
 	for _, tt := range tests {
-		got, err := ParseResponseFlags(tt.in)
+		got, err := Parse(tt.in)
 		if got != tt.want || (err == nil) != tt.ok {
-			t.Errorf("ParseResponseFlags(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
+			t.Errorf("Parse(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
 	}
 	// Every rendering parses back.
-	for f := ResponseFlags(1); f < 1<<30; f = f*3 + 1 {
-		if got, err := ParseResponseFlags(f.Short()); err != nil || got != f&(1<<30-1) {
+	for f := Flags(1); f < 1<<30; f = f*3 + 1 {
+		if got, err := Parse(f.Short()); err != nil || got != f&(1<<30-1) {
 			t.Errorf("round trip %#x: %v, %v", uint64(f), got, err)
 		}
 	}
 }
 
 func TestResponseFlagNamesIsACopy(t *testing.T) {
-	names := ResponseFlagNames()
+	names := Names()
 	names[0].Short = "ZZ"
-	if FlagLH.Short() != "LH" {
-		t.Error("mutating ResponseFlagNames changed the table")
+	if LH.Short() != "LH" {
+		t.Error("mutating Names changed the table")
 	}
 }
 
 func TestAppendShortDoesNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 64)
-	f := FlagUF | FlagURX | FlagUO
+	f := UF | URX | UO
 	if a := testing.AllocsPerRun(100, func() { buf = f.AppendShort(buf[:0]) }); a != 0 {
 		t.Errorf("AppendShort allocates %v times", a)
 	}

@@ -1,41 +1,51 @@
-package lb
+// Package retry is Envoy's router retry logic for one request: the retry_on
+// conditions, the retry policy with Envoy's defaults, the decision on a
+// response or a reset (would-retry, retries remaining, the retry circuit
+// breaker's verdict), the jittered and rate-limited back-off, and the
+// counters and response flag each decision implies. State also carries the
+// request's retry priority plugin (lb.PreviousPriorities), which the picker
+// reads. It is pure, as lb is: no I/O, no goroutines, no clock; randomness
+// comes from an lb.Random the caller passes.
+package retry
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
-// RetryOn is a bit set of Envoy retry_on conditions. The HTTP and the gRPC
+// On is a bit set of Envoy retry_on conditions. The HTTP and the gRPC
 // conditions share one set because Envoy accepts both in a route's retry_on
 // string and ORs the x-envoy-retry-on and x-envoy-retry-grpc-on headers in.
-type RetryOn uint32
+type On uint32
 
 // The retry_on conditions, in Envoy's naming order.
 const (
-	Retry5xx                     RetryOn = 1 << iota // "5xx": any 5xx response, and any reset
-	RetryGatewayError                                // "gateway-error": 502, 503, 504, and any reset
-	RetryReset                                       // "reset": any reset, disconnect or read timeout
-	RetryResetBeforeRequest                          // "reset-before-request": a reset before request bytes were sent
-	RetryConnectFailure                              // "connect-failure": connection failure or connect timeout
-	RetryEnvoyRateLimited                            // "envoy-ratelimited": response carries x-envoy-ratelimited
-	RetryRetriable4xx                                // "retriable-4xx": 409 only
-	RetryRefusedStream                               // "refused-stream": HTTP/2 REFUSED_STREAM reset
-	RetryRetriableStatusCodes                        // "retriable-status-codes": RetryPolicy.RetriableStatusCodes
-	RetryRetriableHeaders                            // "retriable-headers": a retriable_headers matcher matched
-	RetryHTTP3PostConnectFailure                     // "http3-post-connect-failure": HTTP/3 failure after connecting
-	RetryGRPCCancelled                               // "cancelled": grpc-status 1
-	RetryGRPCDeadlineExceeded                        // "deadline-exceeded": grpc-status 4
-	RetryGRPCInternal                                // "internal": grpc-status 13
-	RetryGRPCResourceExhausted                       // "resource-exhausted": grpc-status 8
-	RetryGRPCUnavailable                             // "unavailable": grpc-status 14
+	On5xx                     On = 1 << iota // "5xx": any 5xx response, and any reset
+	OnGatewayError                           // "gateway-error": 502, 503, 504, and any reset
+	OnReset                                  // "reset": any reset, disconnect or read timeout
+	OnResetBeforeRequest                     // "reset-before-request": a reset before request bytes were sent
+	OnConnectFailure                         // "connect-failure": connection failure or connect timeout
+	OnEnvoyRateLimited                       // "envoy-ratelimited": response carries x-envoy-ratelimited
+	OnRetriable4xx                           // "retriable-4xx": 409 only
+	OnRefusedStream                          // "refused-stream": HTTP/2 REFUSED_STREAM reset
+	OnRetriableStatusCodes                   // "retriable-status-codes": Policy.RetriableStatusCodes
+	OnRetriableHeaders                       // "retriable-headers": a retriable_headers matcher matched
+	OnHTTP3PostConnectFailure                // "http3-post-connect-failure": HTTP/3 failure after connecting
+	OnGRPCCancelled                          // "cancelled": grpc-status 1
+	OnGRPCDeadlineExceeded                   // "deadline-exceeded": grpc-status 4
+	OnGRPCInternal                           // "internal": grpc-status 13
+	OnGRPCResourceExhausted                  // "resource-exhausted": grpc-status 8
+	OnGRPCUnavailable                        // "unavailable": grpc-status 14
 )
 
-// DefaultRetryOn is meshlet's retry_on for routes that configure none. Envoy
+// DefaultOn is meshlet's retry_on for routes that configure none. Envoy
 // has no default (no policy means no retries); meshlet retries the two
 // failures where the request provably never reached the application.
-const DefaultRetryOn = RetryConnectFailure | RetryRefusedStream
+const DefaultOn = OnConnectFailure | OnRefusedStream
 
 // retryOnNames holds the Envoy name of bit i at index i.
 var retryOnNames = [...]string{
@@ -45,13 +55,13 @@ var retryOnNames = [...]string{
 	"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable",
 }
 
-// ParseRetryOn parses a comma-separated list of Envoy retry_on names (HTTP
+// ParseOn parses a comma-separated list of Envoy retry_on names (HTTP
 // and gRPC). Like Envoy it trims blanks around names and skips empty ones. An
 // unknown name yields an error naming it; the result still holds every known
 // name, because Envoy ignores unknown tokens in x-envoy-retry-on headers. It
 // does not allocate unless it fails, so it is cheap enough for headers.
-func ParseRetryOn(s string) (RetryOn, error) {
-	var on RetryOn
+func ParseOn(s string) (On, error) {
+	var on On
 	var err error
 	for s != "" {
 		tok, rest, _ := strings.Cut(s, ",")
@@ -62,14 +72,14 @@ func ParseRetryOn(s string) (RetryOn, error) {
 		}
 		bit := lookupRetryOn(tok)
 		if bit == 0 && err == nil {
-			err = fmt.Errorf("lb: retry_on: unknown condition %q", tok)
+			err = fmt.Errorf("retry: retry_on: unknown condition %q", tok)
 		}
 		on |= bit
 	}
 	return on, err
 }
 
-func lookupRetryOn(name string) RetryOn {
+func lookupRetryOn(name string) On {
 	for i, n := range retryOnNames {
 		if n == name {
 			return 1 << i
@@ -79,8 +89,8 @@ func lookupRetryOn(name string) RetryOn {
 }
 
 // String returns the Envoy names of the set conditions, comma-separated in
-// bit order ("" for none), so that ParseRetryOn(r.String()) == r.
-func (r RetryOn) String() string {
+// bit order ("" for none), so that ParseOn(r.String()) == r.
+func (r On) String() string {
 	var b strings.Builder
 	for i, n := range retryOnNames {
 		if r&(1<<i) == 0 {
@@ -137,7 +147,7 @@ func ParseResetReason(s string) (ResetReason, error) {
 			return ResetReason(i), nil
 		}
 	}
-	return 0, fmt.Errorf("lb: unknown reset reason %q", s)
+	return 0, fmt.Errorf("retry: unknown reset reason %q", s)
 }
 
 // isConnectFailure reports the reasons Envoy treats as a pool (connect)
@@ -149,22 +159,22 @@ func (r ResetReason) isConnectFailure() bool {
 // Envoy's defaults for an absent retry_policy field.
 const (
 	DefaultNumRetries                    = 1
-	DefaultRetryBaseInterval             = 25 * time.Millisecond
+	DefaultBaseInterval                  = 25 * time.Millisecond
 	DefaultHostSelectionRetryMaxAttempts = 1
 	// DefaultRateLimitedMaxInterval is rate_limited_retry_back_off.max_interval:
 	// reset-header intervals above it are ignored (the caller filters them).
 	DefaultRateLimitedMaxInterval = 300 * time.Second
 )
 
-// RetryPolicy is a route's retry_policy with the request's x-envoy-* retry
+// Policy is a route's retry_policy with the request's x-envoy-* retry
 // headers already merged in (the caller ORs header conditions into RetryOn,
 // lets x-envoy-max-retries override NumRetries when RetryOn != 0, and appends
 // x-envoy-retriable-status-codes). Zero fields mean "unset"; see WithDefaults.
-type RetryPolicy struct {
-	RetryOn    RetryOn
+type Policy struct {
+	RetryOn    On
 	NumRetries uint32
 	// PerTryTimeout bounds each attempt (0 = none). When it fires the data
-	// plane resets the attempt and calls RetryState.OnPerTryTimeout.
+	// plane resets the attempt and calls State.OnPerTryTimeout.
 	PerTryTimeout        time.Duration
 	RetriableStatusCodes []uint32
 	// BaseInterval and MaxInterval shape the jittered back-off; Envoy
@@ -182,14 +192,14 @@ type RetryPolicy struct {
 // WithDefaults returns p with Envoy's defaults in its unset fields:
 // num_retries 1, base interval 25 ms, max interval 10 x base and one extra
 // host-selection attempt. RetryOn is left alone: an empty set means no
-// retries (use DefaultRetryOn to opt in). A zero NumRetries counts as unset,
+// retries (use DefaultOn to opt in). A zero NumRetries counts as unset,
 // so set it after WithDefaults to really allow no retries.
-func (p RetryPolicy) WithDefaults() RetryPolicy {
+func (p Policy) WithDefaults() Policy {
 	if p.NumRetries == 0 {
 		p.NumRetries = DefaultNumRetries
 	}
 	if p.BaseInterval <= 0 {
-		p.BaseInterval = DefaultRetryBaseInterval
+		p.BaseInterval = DefaultBaseInterval
 	}
 	if p.MaxInterval <= 0 {
 		p.MaxInterval = 10 * p.BaseInterval
@@ -225,7 +235,7 @@ type UpstreamResponse struct {
 type UpstreamReset struct {
 	Reason ResetReason
 	// RequestStarted reports that request bytes were sent upstream.
-	// RetryState makes it sticky: once one attempt started, later resets
+	// State makes it sticky: once one attempt started, later resets
 	// count as started too, as Envoy's router does.
 	RequestStarted bool
 	// HTTP3 reports that the attempt ran over HTTP/3 on a cluster that may
@@ -236,7 +246,7 @@ type UpstreamReset struct {
 	HTTP3 bool
 }
 
-// wouldRetry is Envoy's RetryDecision before retries_remaining and the
+// wouldRetry is Envoy's Decision before retries_remaining and the
 // circuit breaker are consulted.
 type wouldRetry uint8
 
@@ -258,26 +268,26 @@ const (
 const statusTooEarly = 425
 
 // fromResponse evaluates the response conditions in Envoy's order.
-func fromResponse(on RetryOn, codes []uint32, r *UpstreamResponse) wouldRetry {
+func fromResponse(on On, codes []uint32, r *UpstreamResponse) wouldRetry {
 	// x-envoy-ratelimited comes from an upstream Envoy; only
 	// envoy-ratelimited may retry it, never 5xx.
 	if r.EnvoyRateLimited {
-		if on&RetryEnvoyRateLimited != 0 {
+		if on&OnEnvoyRateLimited != 0 {
 			return retryWithBackoff
 		}
 		return noRetry
 	}
 	s := r.Status
-	if on&Retry5xx != 0 && s >= 500 && s < 600 {
+	if on&On5xx != 0 && s >= 500 && s < 600 {
 		return retryWithBackoff
 	}
-	if on&RetryGatewayError != 0 && (s == 502 || s == 503 || s == 504) {
+	if on&OnGatewayError != 0 && (s == 502 || s == 503 || s == 504) {
 		return retryWithBackoff
 	}
-	if on&RetryRetriable4xx != 0 && s == 409 {
+	if on&OnRetriable4xx != 0 && s == 409 {
 		return retryWithBackoff
 	}
-	if on&RetryRetriableStatusCodes != 0 && containsCode(codes, s) {
+	if on&OnRetriableStatusCodes != 0 && containsCode(codes, s) {
 		if s != statusTooEarly {
 			return retryWithBackoff
 		}
@@ -287,15 +297,15 @@ func fromResponse(on RetryOn, codes []uint32, r *UpstreamResponse) wouldRetry {
 			return retryImmediately
 		}
 	}
-	if on&RetryRetriableHeaders != 0 && r.RetriableHeaderMatched {
+	if on&OnRetriableHeaders != 0 && r.RetriableHeaderMatched {
 		return retryWithBackoff
 	}
 	switch {
-	case r.GRPCStatus == grpcCancelled && on&RetryGRPCCancelled != 0,
-		r.GRPCStatus == grpcDeadlineExceeded && on&RetryGRPCDeadlineExceeded != 0,
-		r.GRPCStatus == grpcResourceExhausted && on&RetryGRPCResourceExhausted != 0,
-		r.GRPCStatus == grpcUnavailable && on&RetryGRPCUnavailable != 0,
-		r.GRPCStatus == grpcInternal && on&RetryGRPCInternal != 0:
+	case r.GRPCStatus == grpcCancelled && on&OnGRPCCancelled != 0,
+		r.GRPCStatus == grpcDeadlineExceeded && on&OnGRPCDeadlineExceeded != 0,
+		r.GRPCStatus == grpcResourceExhausted && on&OnGRPCResourceExhausted != 0,
+		r.GRPCStatus == grpcUnavailable && on&OnGRPCUnavailable != 0,
+		r.GRPCStatus == grpcInternal && on&OnGRPCInternal != 0:
 		return retryWithBackoff
 	}
 	return noRetry
@@ -316,7 +326,7 @@ func containsCode(codes []uint32, status int) bool {
 // fromReset evaluates a reset in Envoy's order. Note that a connect failure
 // without connect-failure falls through to the generic rules, so 5xx,
 // gateway-error and reset retry it too.
-func fromReset(on RetryOn, r *UpstreamReset) wouldRetry {
+func fromReset(on On, r *UpstreamReset) wouldRetry {
 	// No conditions means Envoy has no retry state at all, so not even the
 	// HTTP/3 fallback retries; overflow is the pool's own circuit breaker.
 	if on == 0 || r.Reason == ResetOverflow {
@@ -326,19 +336,19 @@ func fromReset(on RetryOn, r *UpstreamReset) wouldRetry {
 		if r.HTTP3 {
 			return retryImmediately
 		}
-		if on&RetryConnectFailure != 0 {
+		if on&OnConnectFailure != 0 {
 			return retryWithBackoff
 		}
-	} else if r.HTTP3 && on&RetryHTTP3PostConnectFailure != 0 {
+	} else if r.HTTP3 && on&OnHTTP3PostConnectFailure != 0 {
 		return retryImmediately
 	}
-	if on&RetryResetBeforeRequest != 0 && !r.RequestStarted {
+	if on&OnResetBeforeRequest != 0 && !r.RequestStarted {
 		return retryWithBackoff
 	}
-	if on&(RetryReset|Retry5xx|RetryGatewayError) != 0 {
+	if on&(OnReset|On5xx|OnGatewayError) != 0 {
 		return retryWithBackoff // a reset becomes a 503 downstream
 	}
-	if on&RetryRefusedStream != 0 && r.Reason == ResetRemoteRefusedStream {
+	if on&OnRefusedStream != 0 && r.Reason == ResetRemoteRefusedStream {
 		return retryWithBackoff
 	}
 	return noRetry
@@ -347,7 +357,7 @@ func fromReset(on RetryOn, r *UpstreamReset) wouldRetry {
 // WouldRetryOnResponse reports whether p's conditions ask to retry a response
 // with this status, x-envoy-ratelimited presence and grpc-status (-1 none),
 // before retries_remaining and the circuit breaker are consulted.
-func WouldRetryOnResponse(p *RetryPolicy, status int, hasEnvoyRateLimited bool, grpcStatus int) bool {
+func WouldRetryOnResponse(p *Policy, status int, hasEnvoyRateLimited bool, grpcStatus int) bool {
 	if p == nil {
 		return false
 	}
@@ -358,7 +368,7 @@ func WouldRetryOnResponse(p *RetryPolicy, status int, hasEnvoyRateLimited bool, 
 // WouldRetryOnReset reports whether p's conditions ask to retry a reset for
 // reason, where upstreamRequestStarted says request bytes were sent, before
 // retries_remaining and the circuit breaker are consulted.
-func WouldRetryOnReset(p *RetryPolicy, reason ResetReason, upstreamRequestStarted bool) bool {
+func WouldRetryOnReset(p *Policy, reason ResetReason, upstreamRequestStarted bool) bool {
 	if p == nil {
 		return false
 	}
@@ -372,19 +382,19 @@ func WouldRetryOnReset(p *RetryPolicy, reason ResetReason, upstreamRequestStarte
 // so does this, which keeps vector results identical.
 type JitteredBackoff struct {
 	base, max, next uint64 // milliseconds
-	rnd             Random
+	rnd             lb.Random
 }
 
 // NewJitteredBackoff returns a back-off over [base, maxInterval] drawing from
 // rnd. base is at least 1 ms; maxInterval 0 means 10 x base, and one below
 // base is raised to base (Envoy rejects such a config).
-func NewJitteredBackoff(base, maxInterval time.Duration, rnd Random) *JitteredBackoff {
+func NewJitteredBackoff(base, maxInterval time.Duration, rnd lb.Random) *JitteredBackoff {
 	b := &JitteredBackoff{}
 	b.init(base, maxInterval, rnd)
 	return b
 }
 
-func (b *JitteredBackoff) init(base, maxInterval time.Duration, rnd Random) {
+func (b *JitteredBackoff) init(base, maxInterval time.Duration, rnd lb.Random) {
 	b.base = wholeMs(base)
 	if maxInterval <= 0 {
 		b.max = 10 * b.base
@@ -437,7 +447,7 @@ func (b *JitteredBackoff) ResetWithBase(base time.Duration) {
 // interval: interval + random % (interval/2), i.e. in [interval,
 // 1.5 x interval), in whole milliseconds. Below 2 ms there is no jitter
 // range and the interval itself is returned.
-func RateLimitedBackoff(interval time.Duration, rnd Random) time.Duration {
+func RateLimitedBackoff(interval time.Duration, rnd lb.Random) time.Duration {
 	ms := interval.Milliseconds()
 	if ms < 2 {
 		return interval
@@ -445,136 +455,51 @@ func RateLimitedBackoff(interval time.Duration, rnd Random) time.Duration {
 	return time.Duration(uint64(ms)+rnd.Uint64()%uint64(ms/2)) * time.Millisecond
 }
 
-// CircuitBreakerThresholds are one routing priority's circuit-breaker limits.
-// A resource is admitted while its current count is below the limit.
-type CircuitBreakerThresholds struct {
-	MaxConnections, MaxPendingRequests, MaxRequests, MaxRetries uint32
-	// MaxConnectionPools limits concurrent connection pools; 0 = unlimited
-	// (Envoy's default).
-	MaxConnectionPools uint32
-	// RetryBudget, when set, replaces MaxRetries.
-	RetryBudget *RetryBudget
-}
-
-// RetryBudget limits active retries to a share of the active and pending
-// requests, with a floor.
-type RetryBudget struct {
-	BudgetPercent       float64 // percent of active + pending requests
-	MinRetryConcurrency uint32  // floor on the limit
-}
-
-// DefaultCircuitBreakerThresholds returns Envoy's defaults: 1024 connections,
-// pending requests and requests, 3 retries, unlimited pools, no budget.
-func DefaultCircuitBreakerThresholds() CircuitBreakerThresholds {
-	return CircuitBreakerThresholds{
-		MaxConnections:     1024,
-		MaxPendingRequests: 1024,
-		MaxRequests:        1024,
-		MaxRetries:         3,
-	}
-}
-
-// DefaultRetryBudget returns the budget's field defaults: 20% and 3.
-func DefaultRetryBudget() RetryBudget {
-	return RetryBudget{BudgetPercent: 20, MinRetryConcurrency: 3}
-}
-
-// MaxActiveRetries returns max(budget% of active+pending, min concurrency),
-// computed in float64 and truncated exactly as Envoy does.
-func (b RetryBudget) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
-	v := b.BudgetPercent / 100 * float64(activeRequests+pendingRequests)
-	var n uint64
-	switch {
-	case v >= math.MaxUint64:
-		n = math.MaxUint64
-	case v > 0: // false for NaN and negatives, which admit nothing extra
-		n = uint64(v)
-	}
-	return max(n, uint64(b.MinRetryConcurrency))
-}
-
-// MaxActiveRetries returns the current retry limit: the budget's when one is
-// configured, MaxRetries otherwise.
-func (c CircuitBreakerThresholds) MaxActiveRetries(activeRequests, pendingRequests uint64) uint64 {
-	if c.RetryBudget != nil {
-		return c.RetryBudget.MaxActiveRetries(activeRequests, pendingRequests)
-	}
-	return uint64(c.MaxRetries)
-}
-
-// RetryAllowed reports whether one more retry may start (activeRetries is
-// below the limit). Its result is the cbAllows argument of RetryState.
-func (c CircuitBreakerThresholds) RetryAllowed(activeRetries, activeRequests, pendingRequests uint64) bool {
-	return activeRetries < c.MaxActiveRetries(activeRequests, pendingRequests)
-}
-
-// ConnectionAllowed reports whether one more upstream connection may open.
-func (c CircuitBreakerThresholds) ConnectionAllowed(active uint64) bool {
-	return active < uint64(c.MaxConnections)
-}
-
-// PendingRequestAllowed reports whether one more request may queue for a
-// connection.
-func (c CircuitBreakerThresholds) PendingRequestAllowed(pending uint64) bool {
-	return pending < uint64(c.MaxPendingRequests)
-}
-
-// RequestAllowed reports whether one more request may be active.
-func (c CircuitBreakerThresholds) RequestAllowed(active uint64) bool {
-	return active < uint64(c.MaxRequests)
-}
-
-// ConnectionPoolAllowed reports whether one more connection pool may be
-// created; always true when MaxConnectionPools is 0.
-func (c CircuitBreakerThresholds) ConnectionPoolAllowed(pools uint64) bool {
-	return c.MaxConnectionPools == 0 || pools < uint64(c.MaxConnectionPools)
-}
-
-// RetryDecision is the outcome of a retry decision for a failed attempt.
-type RetryDecision int
+// Decision is the outcome of a retry decision for a failed attempt.
+type Decision int
 
 // The retry decisions.
 const (
-	RetryNo            RetryDecision = iota // no retry wanted (or no policy)
-	RetryYes                                // retry after the returned back-off
-	RetryLimitExceeded                      // retries exhausted: flag URX, upstream_rq_retry_limit_exceeded
-	RetryOverflow                           // retry circuit breaker full: flag UO, upstream_rq_retry_overflow
+	No            Decision = iota // no retry wanted (or no policy)
+	Yes                           // retry after the returned back-off
+	LimitExceeded                 // retries exhausted: flag URX, upstream_rq_retry_limit_exceeded
+	Overflow                      // retry circuit breaker full: flag UO, upstream_rq_retry_overflow
 )
 
-var retryDecisionNames = [...]string{"RetryNo", "RetryYes", "RetryLimitExceeded", "RetryOverflow"}
+var retryDecisionNames = [...]string{"No", "Yes", "LimitExceeded", "Overflow"}
 
 // String returns the decision's Go name.
-func (d RetryDecision) String() string {
+func (d Decision) String() string {
 	if d >= 0 && int(d) < len(retryDecisionNames) {
 		return retryDecisionNames[d]
 	}
-	return fmt.Sprintf("RetryDecision(%d)", int(d))
+	return fmt.Sprintf("Decision(%d)", int(d))
 }
 
 // Flag returns the response flag Envoy's router sets for d: URX for
-// RetryLimitExceeded, UO for RetryOverflow, none otherwise.
-func (d RetryDecision) Flag() ResponseFlags {
+// LimitExceeded, UO for Overflow, none otherwise.
+func (d Decision) Flag() respflag.Flags {
 	switch d {
-	case RetryLimitExceeded:
-		return FlagURX
-	case RetryOverflow:
-		return FlagUO
+	case LimitExceeded:
+		return respflag.URX
+	case Overflow:
+		return respflag.UO
 	}
 	return 0
 }
 
-// RetryStats is the set of cluster counters one decision increments, so the
+// Stats is the set of cluster counters one decision increments, so the
 // data plane can count without re-deriving Envoy's rules.
-type RetryStats uint8
+type Stats uint8
 
 // The retry counters, named as in Envoy's cluster stats.
 const (
-	StatRetry                   RetryStats = 1 << iota // upstream_rq_retry
-	StatRetrySuccess                                   // upstream_rq_retry_success
-	StatRetryLimitExceeded                             // upstream_rq_retry_limit_exceeded
-	StatRetryOverflow                                  // upstream_rq_retry_overflow
-	StatRetryBackoffExponential                        // upstream_rq_retry_backoff_exponential
-	StatRetryBackoffRateLimited                        // upstream_rq_retry_backoff_ratelimited
+	StatRetry              Stats = 1 << iota // upstream_rq_retry
+	StatSuccess                              // upstream_rq_retry_success
+	StatLimitExceeded                        // upstream_rq_retry_limit_exceeded
+	StatOverflow                             // upstream_rq_retry_overflow
+	StatBackoffExponential                   // upstream_rq_retry_backoff_exponential
+	StatBackoffRateLimited                   // upstream_rq_retry_backoff_ratelimited
 )
 
 var retryStatNames = [...]string{
@@ -584,7 +509,7 @@ var retryStatNames = [...]string{
 }
 
 // Each calls f with the Envoy name of every counter in s, in bit order.
-func (s RetryStats) Each(f func(name string)) {
+func (s Stats) Each(f func(name string)) {
 	for i, n := range retryStatNames {
 		if s&(1<<i) != 0 {
 			f(n)
@@ -592,27 +517,27 @@ func (s RetryStats) Each(f func(name string)) {
 	}
 }
 
-// RetryState is one request's retry bookkeeping. It is a plain value, meant
+// State is one request's retry bookkeeping. It is a plain value, meant
 // to live inside the request object, and decides without allocating.
 // Initialise it with Init; the zero value never retries.
-type RetryState struct {
-	policy    *RetryPolicy
-	rnd       Random
+type State struct {
+	policy    *Policy
+	rnd       lb.Random
 	backoff   JitteredBackoff
 	remaining uint32
-	started   bool       // some attempt sent request bytes
-	holding   bool       // the last decision granted a retry
-	stats     RetryStats // counters of the last decision
+	started   bool  // some attempt sent request bytes
+	holding   bool  // the last decision granted a retry
+	stats     Stats // counters of the last decision
 	// priorities is the policy's retry priority plugin, disabled when the
 	// policy configures none.
-	priorities PreviousPriorities
+	priorities lb.PreviousPriorities
 }
 
 // Init prepares s for a new request under p (which must stay unchanged
 // while s is in use) and rnd. p is used as given, so pass p.WithDefaults();
 // only a zero back-off base falls back to the 25 ms default.
-func (s *RetryState) Init(p *RetryPolicy, rnd Random) {
-	*s = RetryState{policy: p, rnd: rnd}
+func (s *State) Init(p *Policy, rnd lb.Random) {
+	*s = State{policy: p, rnd: rnd}
 	if p == nil {
 		return
 	}
@@ -620,23 +545,23 @@ func (s *RetryState) Init(p *RetryPolicy, rnd Random) {
 	s.priorities.Init(p.RetryPriorityUpdateFrequency)
 	base := p.BaseInterval
 	if base <= 0 {
-		base = DefaultRetryBaseInterval
+		base = DefaultBaseInterval
 	}
 	s.backoff.init(base, p.MaxInterval, rnd)
 }
 
 // OnResponse decides on a response with this status, x-envoy-ratelimited
 // presence and grpc-status (-1 none); cbAllows is the retry circuit
-// breaker's verdict (CircuitBreakerThresholds.RetryAllowed). It returns the
-// decision and, for RetryYes, the back-off before the next attempt.
-func (s *RetryState) OnResponse(status int, hasEnvoyRateLimited bool, grpcStatus int, cbAllows bool) (RetryDecision, time.Duration) {
+// breaker's verdict (circuitbreaker.Thresholds.RetryAllowed). It returns the
+// decision and, for Yes, the back-off before the next attempt.
+func (s *State) OnResponse(status int, hasEnvoyRateLimited bool, grpcStatus int, cbAllows bool) (Decision, time.Duration) {
 	return s.OnUpstreamResponse(UpstreamResponse{Status: status, EnvoyRateLimited: hasEnvoyRateLimited, GRPCStatus: grpcStatus}, cbAllows)
 }
 
 // OnUpstreamResponse is OnResponse with the rarer inputs too: header
 // matches, early data and a rate-limit reset interval, which when present
 // replaces the exponential back-off for this retry.
-func (s *RetryState) OnUpstreamResponse(r UpstreamResponse, cbAllows bool) (RetryDecision, time.Duration) {
+func (s *State) OnUpstreamResponse(r UpstreamResponse, cbAllows bool) (Decision, time.Duration) {
 	w := noRetry
 	if s.policy != nil {
 		w = fromResponse(s.policy.RetryOn, s.policy.RetriableStatusCodes, &r)
@@ -650,12 +575,12 @@ func (s *RetryState) OnUpstreamResponse(r UpstreamResponse, cbAllows bool) (Retr
 
 // OnReset decides on an attempt that ended in a reset for reason; started
 // says request bytes were sent upstream.
-func (s *RetryState) OnReset(reason ResetReason, started bool, cbAllows bool) (RetryDecision, time.Duration) {
+func (s *State) OnReset(reason ResetReason, started bool, cbAllows bool) (Decision, time.Duration) {
 	return s.OnUpstreamReset(UpstreamReset{Reason: reason, RequestStarted: started}, cbAllows)
 }
 
 // OnUpstreamReset is OnReset with the HTTP/3 input too.
-func (s *RetryState) OnUpstreamReset(r UpstreamReset, cbAllows bool) (RetryDecision, time.Duration) {
+func (s *State) OnUpstreamReset(r UpstreamReset, cbAllows bool) (Decision, time.Duration) {
 	s.started = s.started || r.RequestStarted
 	r.RequestStarted = s.started
 	w := noRetry
@@ -669,47 +594,47 @@ func (s *RetryState) OnUpstreamReset(r UpstreamReset, cbAllows bool) (RetryDecis
 // resets such an attempt and judges it as a local reset, so it is retried
 // under reset, 5xx and gateway-error (or reset-before-request when nothing
 // was sent). Hedging is not modelled.
-func (s *RetryState) OnPerTryTimeout(started bool, cbAllows bool) (RetryDecision, time.Duration) {
+func (s *State) OnPerTryTimeout(started bool, cbAllows bool) (Decision, time.Duration) {
 	return s.OnReset(ResetLocal, started, cbAllows)
 }
 
 // decide applies Envoy's shouldRetry steps to a would-retry verdict.
-func (s *RetryState) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Duration) (RetryDecision, time.Duration) {
+func (s *State) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Duration) (Decision, time.Duration) {
 	s.stats = 0
 	// A granted retry followed by an attempt that needs none succeeded.
 	if s.holding && w == noRetry {
-		s.stats |= StatRetrySuccess
+		s.stats |= StatSuccess
 	}
 	s.holding = false
 	if w == noRetry {
-		return RetryNo, 0
+		return No, 0
 	}
 	if s.remaining == 0 {
-		s.stats |= StatRetryLimitExceeded
-		return RetryLimitExceeded, 0
+		s.stats |= StatLimitExceeded
+		return LimitExceeded, 0
 	}
 	s.remaining-- // spent even when the breaker then refuses
 	if !cbAllows {
-		s.stats |= StatRetryOverflow
-		return RetryOverflow, 0
+		s.stats |= StatOverflow
+		return Overflow, 0
 	}
 	s.holding = true
 	s.stats |= StatRetry
 	switch {
 	case w == retryImmediately:
-		return RetryYes, 0
+		return Yes, 0
 	case rateLimitReset > 0:
-		s.stats |= StatRetryBackoffRateLimited
-		return RetryYes, RateLimitedBackoff(rateLimitReset, s.rnd)
+		s.stats |= StatBackoffRateLimited
+		return Yes, RateLimitedBackoff(rateLimitReset, s.rnd)
 	default:
-		s.stats |= StatRetryBackoffExponential
-		return RetryYes, s.backoff.Next()
+		s.stats |= StatBackoffExponential
+		return Yes, s.backoff.Next()
 	}
 }
 
 // OnHostAttempted records the host an attempt went to (every attempt, the
 // first included), for the retry priority plugin.
-func (s *RetryState) OnHostAttempted(h *Host) {
+func (s *State) OnHostAttempted(h *lb.Host) {
 	if h != nil {
 		s.priorities.OnHostAttempted(h.Priority)
 	}
@@ -717,7 +642,7 @@ func (s *RetryState) OnHostAttempted(h *Host) {
 
 // RetryPriority returns the request's retry priority plugin, to pass as
 // PickContext.RetryPriority, or nil when the policy configures none.
-func (s *RetryState) RetryPriority() *PreviousPriorities {
+func (s *State) RetryPriority() *lb.PreviousPriorities {
 	if !s.priorities.Enabled() {
 		return nil
 	}
@@ -725,13 +650,13 @@ func (s *RetryState) RetryPriority() *PreviousPriorities {
 }
 
 // RetriesRemaining returns how many more retries the request may make.
-func (s *RetryState) RetriesRemaining() uint32 { return s.remaining }
+func (s *State) RetriesRemaining() uint32 { return s.remaining }
 
 // LastStats returns the counters the most recent decision increments.
-func (s *RetryState) LastStats() RetryStats { return s.stats }
+func (s *State) LastStats() Stats { return s.stats }
 
 // HoldsRetrySlot reports whether the request occupies a slot of the retry
-// circuit breaker: the last decision was RetryYes. Envoy frees the slot at
+// circuit breaker: the last decision was Yes. Envoy frees the slot at
 // the start of the next decision, before the breaker is asked, so release it
 // from the active-retry count before computing cbAllows, and at request end.
-func (s *RetryState) HoldsRetrySlot() bool { return s.holding }
+func (s *State) HoldsRetrySlot() bool { return s.holding }

@@ -1,0 +1,13 @@
+package accesslog
+
+import (
+	"testing"
+
+	"github.com/meshlet-dev/meshlet/internal/puritytest"
+)
+
+// TestPackageIsPure keeps accesslog free of I/O, goroutines, wall clocks and
+// packages of this module other than the allowed lb packages.
+func TestPackageIsPure(t *testing.T) {
+	puritytest.Check(t, 1, "strconv", "time", "github.com/meshlet-dev/meshlet/lb/respflag")
+}

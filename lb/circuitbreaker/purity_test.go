@@ -1,0 +1,13 @@
+package circuitbreaker
+
+import (
+	"testing"
+
+	"github.com/meshlet-dev/meshlet/internal/puritytest"
+)
+
+// TestPackageIsPure keeps circuitbreaker free of I/O, goroutines, wall clocks and
+// packages of this module other than the allowed lb packages.
+func TestPackageIsPure(t *testing.T) {
+	puritytest.Check(t, 1, "math")
+}

@@ -1,0 +1,13 @@
+package retry
+
+import (
+	"testing"
+
+	"github.com/meshlet-dev/meshlet/internal/puritytest"
+)
+
+// TestPackageIsPure keeps retry free of I/O, goroutines, wall clocks and
+// packages of this module other than the allowed lb packages.
+func TestPackageIsPure(t *testing.T) {
+	puritytest.Check(t, 1, "fmt", "strings", "time", "github.com/meshlet-dev/meshlet/lb", "github.com/meshlet-dev/meshlet/lb/respflag")
+}
