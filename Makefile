@@ -9,7 +9,7 @@ GO ?= go
 export CGO_ENABLED := 0
 TESTFLAGS = -trimpath -tags grpcnotrace
 
-.PHONY: test fmt vet unit vectors e2e e2e-tools demo bench sidecar
+.PHONY: test fmt vet unit vectors e2e e2e-tools demo bench sidecar images push
 
 # The whole suite as CI runs it (hack/test.sh): needs root, installs what
 # a fresh machine lacks, says what each step does, and checks that the
@@ -53,6 +53,27 @@ e2e: e2e-tools
 SIDECAR_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace
 sidecar:
 	$(SIDECAR_BUILD) -o bin/sidecar ./cmd/sidecar
+
+# The sidecar and injector images without a container engine
+# (hack/images; docs/reference/images.md): OCI layouts bin/images/NAME and
+# tarballs bin/images/NAME.tar, each an index of linux/amd64 and
+# linux/arm64 images built like `make sidecar`. Reproducible: every
+# timestamp is SOURCE_DATE_EPOCH (here the last commit's time), so the same
+# commit gives the same digests. `make push REGISTRY=host/path TAG=t`
+# pushes what `make images` built to host/path/sidecar:t and
+# host/path/injector:t and prints the digests.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+TAG ?= $(VERSION)
+IMAGES := $(GO) run -trimpath ./hack/images
+images:
+	$(IMAGES) build -dir bin/images -repository $(or $(REGISTRY),ghcr.io/meshlet-dev) -tag $(TAG) \
+		-version $(VERSION) -revision $(REVISION) -epoch $(SOURCE_DATE_EPOCH)
+push:
+	@test -n "$(REGISTRY)" || { echo "make push: name the registry: make push REGISTRY=host/path TAG=tag" >&2; exit 2; }
+	@$(MAKE) --no-print-directory images
+	$(IMAGES) push -dir bin/images -registry $(REGISTRY) -tag $(TAG)
 
 # meshlet's main job, live, on its embedded default config (what
 # `go run ./cmd/sidecar demo` does, saying so while the first build runs).
