@@ -121,8 +121,8 @@ type Options struct {
 // Build compiles the specs' packages for every platform of o (one go build
 // per platform) and packs each spec into an index, in the order of specs.
 func Build(ctx context.Context, o Options, specs ...Spec) ([]v1.ImageIndex, error) {
-	if len(o.Platforms) == 0 {
-		return nil, fmt.Errorf("images: build %d images: no platform", len(specs))
+	if len(o.Platforms) == 0 || o.WorkDir == "" {
+		return nil, fmt.Errorf("images: build %d images: need platforms (have %d) and a work folder (have %q)", len(specs), len(o.Platforms), o.WorkDir)
 	}
 	pkgs := make([]string, len(specs))
 	seen := map[string]bool{}
