@@ -53,6 +53,10 @@ type Cluster struct {
 	// kubeletDirMade: /var/lib/kubelet did not exist before the nodes
 	// started, so their teardown removes it.
 	kubeletDirMade bool
+	// Images are what the real nodes run, pulled from registry (both set
+	// by StartNodes).
+	Images   NodeImages
+	registry *imageRegistry
 }
 
 // ClusterOptions change what StartClusterWith starts.

@@ -26,9 +26,10 @@ import (
 // kubelet sets, translated by kube-proxy), and sidecars dial the control
 // plane at the name the injector gives them by default,
 // meshlet-injector.meshlet-system.svc, resolved by cluster DNS. Changes to
-// the Deployment, all for this machine: the locally built image (never
-// pulled), one replica, the sidecar image and one worker. It returns the
-// pod once Ready with the caBundle in and its Service routing.
+// the Deployment, all for this machine: the image built from this tree
+// (pulled by digest from the suite's registry), one replica, the sidecar
+// image (the same way) and one worker. It returns the pod once Ready with
+// the caBundle in and its Service routing.
 func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
@@ -43,8 +44,8 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 		one := int32(1)
 		d.Spec.Replicas = &one
 		ctr := &d.Spec.Template.Spec.Containers[0]
-		ctr.Image, ctr.ImagePullPolicy = InjectorImage, corev1.PullNever
-		ctr.Args = append(ctr.Args, "-image", SidecarImage, "-image-pull-policy", "Never", "-concurrency", "1")
+		ctr.Image, ctr.ImagePullPolicy = c.Images.Injector, corev1.PullIfNotPresent
+		ctr.Args = append(ctr.Args, "-image", c.Images.Sidecar, "-concurrency", "1")
 		_, err = c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
@@ -57,7 +58,7 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 		ready := false
 		if err == nil {
 			for _, p := range list.Items {
-				if p.Spec.Containers[0].Image != InjectorImage || p.DeletionTimestamp != nil {
+				if p.Spec.Containers[0].Image != c.Images.Injector || p.DeletionTimestamp != nil {
 					continue
 				}
 				inj = p

@@ -16,9 +16,8 @@ import (
 
 // TestMain gives the run one temporary directory, named as bpf/sweep.sh
 // expects (meshlet-test-<pid>-tmp), as TMPDIR for the tests and every
-// process they start (containerd's image-import layers, the built
-// binaries, the tests' own directories), and removes it at the end; a
-// killed run's is removed by the sweep.
+// process they start (the built binaries, the tests' own directories), and
+// removes it at the end; a killed run's is removed by the sweep.
 func TestMain(m *testing.M) {
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("meshlet-test-%d-tmp", os.Getpid()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {

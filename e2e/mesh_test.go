@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,6 +45,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/deploy"
 	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/internal/images"
 	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 	"github.com/meshlet-dev/meshlet/sds"
@@ -59,18 +62,18 @@ func fortioBin(t *testing.T) string {
 }
 
 // sidecarBin builds cmd/sidecar once per test binary, as the node
-// images' is built (shipBuild).
+// images' is built (images.GoBuild: as make sidecar builds it, but
+// -pgo=off, which changes no behaviour and would compile every package a
+// second time on a cold cache).
 var sidecarBin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "meshlet-e2e-bin")
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "sidecar")
-	out, err := shipBuild("..", bin, "./cmd/sidecar").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
+	if err := images.GoBuild(context.Background(), "..", dir, "off", v1.Platform{OS: "linux", Architecture: runtime.GOARCH}, "./cmd/sidecar"); err != nil {
+		return "", err
 	}
-	return bin, nil
+	return filepath.Join(dir, "sidecar"), nil
 })
 
 // proc is a child process whose output is kept for failure messages.

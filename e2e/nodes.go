@@ -24,9 +24,12 @@ import (
 // Real nodes (see docs/testing.md): each node is a
 // containerd (Debian's 1.6, runc) and a kubelet v1.37 on this machine, with
 // its own root and state folders, CNI bridge and pod range, cgroup root,
-// node IP and zone label. Images are local tarballs imported with ctr; every
-// pod must say imagePullPolicy: Never, so nothing is ever pulled from off the
-// machine. The host's network namespace is every node's, so one kube-proxy
+// node IP and zone label. The images are built from this tree
+// (internal/images, as make images builds them) and pushed to a real OCI
+// registry in the test process on loopback (registry.go), which every
+// node's containerd is configured to reach over plain HTTP; pods name them
+// by digest, so the kubelets pull exactly what was pushed, and nothing from
+// off the machine. The host's network namespace is every node's, so one kube-proxy
 // (nftables mode, as node-a) translates ClusterIPs for all of them, and
 // CoreDNS on ControlPlaneIP answers for the cluster domain behind the
 // kube-dns Service (StartNodes). Traffic stays on the machine: node IPs sit
@@ -61,15 +64,6 @@ const ControlPlaneIP = "10.250.0.1"
 // kubelets give pods.
 const ClusterDNSIP = "10.0.0.10"
 
-// Images the nodes have (imported, never pulled).
-const (
-	PauseImage   = "docker.io/local/pause:v1"
-	EchoImage    = "docker.io/local/echo:v1"
-	SidecarImage = "docker.io/local/meshlet-sidecar:v1"
-	// InjectorImage is cmd/injector, run from deploy/'s Deployment.
-	InjectorImage = "docker.io/local/meshlet-injector:v1"
-)
-
 // podRange and serviceRange are the pod networks and the API server's
 // Service range (see StartCluster).
 const (
@@ -77,12 +71,12 @@ const (
 	serviceRange = "10.0.0.0/24"
 )
 
-// nodeBin builds (or finds cached) kubelet, kube-scheduler, kube-proxy,
-// CoreDNS and mkimage, and installs containerd, runc, the CNI plugins and
-// nftables if missing.
+// nodeBin builds (or finds cached) kubelet, kube-scheduler, kube-proxy and
+// CoreDNS, and installs containerd, runc, the CNI plugins and nftables if
+// missing.
 func nodeBin(t *testing.T) string {
 	t.Helper()
-	return toolsBin(t, "MESHLET_NODE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries, CoreDNS, SPIRE and the image packer; installs containerd, runc, CNI plugins, nftables from apt")
+	return toolsBin(t, "MESHLET_NODE_BIN", "tools.sh", "builds etcd, the Kubernetes binaries, CoreDNS and SPIRE; installs containerd, runc, CNI plugins, nftables from apt")
 }
 
 // run runs a command and fails the test with its output if it fails.
@@ -95,50 +89,11 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// shipBuild is the go build of pkg (relative to the module root root)
-// into out as `make sidecar` builds the sidecar (static, -trimpath, -tags
-// grpcnotrace), but without its profile-guided optimisation
-// (cmd/sidecar/default.pgo), which changes no behaviour and would compile
-// every package a second time on a cold cache. Every binary the suite
-// builds from this module is built so: one configuration compiles the
-// dependency tree once.
-func shipBuild(root, out, pkg string) *exec.Cmd {
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-pgo=off", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return cmd
-}
-
-// buildImages builds the pause, echo and sidecar binaries statically and
-// packs each into an image tarball; it returns the tarballs.
-func buildImages(t *testing.T, bin string) []string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "images")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	root, _ := filepath.Abs("..")
-	var tars []string
-	for _, img := range []struct{ pkg, file, tag, path string }{
-		{"./e2e/images/pause", "pause", PauseImage, "/pause"},
-		{"./e2e/images/echo", "echo", EchoImage, "/echo"},
-		{"./cmd/sidecar", "sidecar", SidecarImage, "/usr/local/bin/sidecar"},
-		{"./cmd/injector", "injector", InjectorImage, "/usr/local/bin/injector"},
-	} {
-		out := filepath.Join(dir, img.file)
-		if b, err := shipBuild(root, out, img.pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", img.pkg, err, b)
-		}
-		tar := out + ".tar"
-		run(t, filepath.Join(bin, "mkimage"), "-o", tar, "-tag", img.tag, "-entrypoint", img.path, out+"="+img.path)
-		tars = append(tars, tar)
-	}
-	return tars
-}
-
 // StartNodes starts one node per zone (node-a, node-b, ... in zone-a, ...
 // or the zones given), the scheduler, and waits until every node is Ready;
 // then kube-proxy and cluster DNS (startKubeProxy, startClusterDNS).
+// Before the nodes it starts the suite's image registry and builds and
+// pushes the images they pull (c.Images, registry.go).
 // The cluster must have been started with ClusterOptions{Nodes: true}.
 // Everything is torn down at the end of the test: pods deleted, kubelets and
 // containerds stopped, mounts, cgroups, bridges, kube-proxy's tables, rules,
@@ -157,7 +112,11 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 			t.Fatalf("%s is needed for real nodes (e2e/tools.sh installs it): %v", tool, err)
 		}
 	}
-	tars := buildImages(t, bin)
+	// The registry stops after the nodes (cleanups run last first).
+	c.registry = startRegistry(t)
+	built := time.Now()
+	c.Images = c.registry.buildImages(t)
+	t.Logf("images built and pushed to %s in %.1f s: %+v", c.registry.Host, time.Since(built).Seconds(), c.Images)
 	tag := fmt.Sprint(os.Getpid() % 100000)
 	hn := c.hostNet
 	var nodes []*Node
@@ -179,7 +138,7 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 		}
 		nodes = append(nodes, n)
 		run(t, "ip", "addr", "add", n.IP+"/32", "dev", hn.bridge)
-		c.startNode(t, bin, n, tars)
+		c.startNode(t, bin, n)
 	}
 	ctx := context.Background()
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -221,7 +180,7 @@ func (c *Cluster) startIn(t *testing.T, dir, name string, args ...string) {
 	c.start(t, name, args...)
 }
 
-func (c *Cluster) startNode(t *testing.T, bin string, n *Node, tars []string) {
+func (c *Cluster) startNode(t *testing.T, bin string, n *Node) {
 	t.Helper()
 	p := func(parts ...string) string { return filepath.Join(append([]string{n.Dir}, parts...)...) }
 	for _, d := range []string{"containerd/root", "containerd/state", "containerd/runc", "cni/net.d", "cni/ipam",
@@ -247,6 +206,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # a hosts.toml per registry host: the suite's registry over plain HTTP
+    config_path = %q
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -255,7 +217,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = %q
-`, p("containerd", "root"), p("containerd", "state"), n.Socket, PauseImage, cniBin, p("cni", "net.d"), p("containerd", "runc")))
+`, p("containerd", "root"), p("containerd", "state"), n.Socket, c.Images.Pause, cniBin, p("cni", "net.d"), p("containerd", "certs.d"), p("containerd", "runc")))
+	c.registry.writeHostsTOML(t, p("containerd", "certs.d"))
 	gw := strings.TrimSuffix(n.Subnet, "0/24") + "1"
 	writeFile(t, p("cni", "net.d"), "10-meshlet-e2e.conflist", fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -274,9 +237,6 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: containerd never answered:\n%s", n.Name, tailFile(p("containerd.log"), 3000))
 		}
-	}
-	for _, tar := range tars {
-		run(t, "ctr", "-a", n.Socket, "-n", "k8s.io", "images", "import", tar)
 	}
 	crt, key := c.issue(t, n.Name, pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}}, nil, nil, x509.ExtKeyUsageClientAuth)
 	kc := strings.NewReplacer(filepath.Join(c.Dir, "admin.crt"), crt, filepath.Join(c.Dir, "admin.key"), key)

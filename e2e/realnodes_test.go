@@ -66,7 +66,7 @@ func TestRealNodesMesh(t *testing.T) {
 	vip := svc.Spec.ClusterIP
 	echoEnv := []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}, {Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
 	app := func(env ...corev1.EnvVar) corev1.Container {
-		return corev1.Container{Name: "app", Image: EchoImage, ImagePullPolicy: corev1.PullNever, Env: append(append([]corev1.EnvVar{}, echoEnv...), env...),
+		return corev1.Container{Name: "app", Image: c.Images.Echo, Env: append(append([]corev1.EnvVar{}, echoEnv...), env...),
 			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
 	}
@@ -124,11 +124,6 @@ func TestRealNodesMesh(t *testing.T) {
 	var clientPod corev1.Pod
 	seenZones := map[string]bool{}
 	for _, p := range pods {
-		for _, ctr := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
-			if ctr.ImagePullPolicy != corev1.PullNever {
-				t.Fatalf("pod %s container %s has imagePullPolicy %s: every e2e image must be Never (nothing may be pulled from off the machine)", p.Name, ctr.Name, ctr.ImagePullPolicy)
-			}
-		}
 		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != webhook.ProxyContainer || p.Spec.InitContainers[0].RestartPolicy == nil {
 			t.Fatalf("pod %s: no native meshlet sidecar: %+v", p.Name, p.Spec.InitContainers)
 		}
@@ -144,6 +139,11 @@ func TestRealNodesMesh(t *testing.T) {
 	if len(seenZones) != 3 {
 		t.Errorf("the echo pods are in zones %v, want one per zone", seenZones)
 	}
+	// Every container, the injector's too, runs an image the kubelet
+	// pulled by digest from the suite's registry.
+	c.checkPulled(t, append(pods, inj)...)
+	c.checkRegistryPulls(t)
+	t.Logf("every pod's images pulled by digest from the suite's registry: %s (sidecar), %s (injector), %s (echo)", c.Images.Sidecar, c.Images.Injector, c.Images.Echo)
 
 	// The sidecars run unprivileged.
 	for _, p := range pods {

@@ -5,8 +5,10 @@
 # docs/testing.md),
 # CoreDNS v1.14.2 with the plugins cluster DNS uses (tools/coredns; v1.15
 # needs gRPC 1.84, whose go-spiffe SPIRE 1.13.3 does not build against),
-# spire-server and spire-agent v1.13.3, and the local image packer
-# (mkimage, go-containerregistry). Installs Debian's containerd, runc, CNI
+# spire-server and spire-agent v1.13.3, and mkimage (a docker-archive
+# packer the suite no longer uses: internal/images builds its images; it
+# leaves this build when the cache key changes anyway, since removing it
+# alone would rebuild everything). Installs Debian's containerd, runc, CNI
 # plugins, iptables, nftables (kube-proxy's nft) and conntrack for the
 # real nodes when missing. Prints the bin directory.
 #
