@@ -3,9 +3,9 @@ GO ?= go
 
 # vet and every test build as the sidecar ships (static, -trimpath, without
 # gRPC's x/net/trace: see SIDECAR_BUILD below), which is also how the e2e
-# suite builds its images (e2e/nodes.go shipBuild). One configuration means
-# one compile of the dependency tree on a cold cache, not one for the tests
-# and another for the binaries.
+# suite and make images build the images (internal/images GoBuild). One
+# configuration means one compile of the dependency tree on a cold cache,
+# not one for the tests and another for the binaries.
 export CGO_ENABLED := 0
 TESTFLAGS = -trimpath -tags grpcnotrace
 
