@@ -33,8 +33,7 @@ type runOptions struct {
 	xds, nodeID, xdsCA, xdsToken          string
 	sds, sdsCA, sdsToken, identity        string
 	pod, accelerate, xdsSotw              bool
-	adaptiveProcs, releaseBinary          bool
-	releaseIdle, singlePage               bool
+	adaptiveProcs, releaseIdle            bool
 	watch                                 time.Duration
 	proxyUID, concurrency                 int
 	envErr                                error // the first bad variable behind a default
@@ -95,12 +94,8 @@ func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) erro
 		"run at most `N` workers, fewer where the CPU limit or affinity allows fewer; 0: one per usable CPU, which without a CPU limit is every CPU of the node, each idle one costing scheduler CPU. The injector sets 2 (meshlet.io/concurrency annotation). Default from $MESHLET_CONCURRENCY when set.")
 	fs.BoolVar(&o.adaptiveProcs, "adaptive-procs", envBool("MESHLET_ADAPTIVE_PROCS", true),
 		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, and on one again after 2 s under half a CPU, since a processor with little to do costs CPU per request; the count at start is the ceiling, also if the CPU limit is raised later. The cost: on one processor a CPU-bound moment (a large xDS update, a burst of TLS handshakes) delays requests until it ends or the second processor is added. /stats server.go_processors shows the count. false: one processor per worker. Default from $MESHLET_ADAPTIVE_PROCS when set.")
-	fs.BoolVar(&o.releaseBinary, "release-binary-pages", envBool("MESHLET_RELEASE_BINARY_PAGES", true),
-		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages: start-up and config loading touch most of the binary, and what is used again is mapped back from the page cache; pages it holds a private copy of (a debugger's breakpoint, a uprobe) are kept. false: keep them mapped. Default from $MESHLET_RELEASE_BINARY_PAGES when set.")
 	fs.BoolVar(&o.releaseIdle, "release-memory-when-idle", envBool("MESHLET_RELEASE_MEMORY_WHEN_IDLE", true),
-		"when traffic stops (the first second allocating under 32 KiB after a busy spell of 2 MiB allocated since the last release; at most one release per 10 s), return the heap's free memory and the binary's pages, as after configuration changes. false: do not. Default from $MESHLET_RELEASE_MEMORY_WHEN_IDLE when set.")
-	fs.BoolVar(&o.singlePage, "single-page-binary-faults", envBool("MESHLET_SINGLE_PAGE_BINARY_FAULTS", true),
-		"map the sidecar's own executable a page at a time, not the kernel's 64 KiB around each page faulted in, for less RSS under load (its read-only mappings registered with a userfaultfd in asynchronous write-protect mode; the pages stay in the page cache). Needs Linux 6.7+ on x86-64 with userfaultfd allowed; where the kernel, a seccomp RuntimeDefault profile or an LSM refuses it, the sidecar says so at start (info level) and runs as without. false: the kernel's fault-around. Default from $MESHLET_SINGLE_PAGE_BINARY_FAULTS when set.")
+		"when traffic stops (the first second allocating under 32 KiB after a busy spell of 2 MiB allocated since the last release; at most one release per 10 s), return the heap's free memory to the kernel, as after configuration changes. false: do not. Default from $MESHLET_RELEASE_MEMORY_WHEN_IDLE when set.")
 	return o.run
 }
 
@@ -133,14 +128,6 @@ func (o *runOptions) run(out io.Writer) error {
 	}
 	limitConcurrency(o.concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
-	releaseMemory.configure(log, o.releaseBinary)
-	if o.singlePage {
-		if n, err := singlePageImageFaults(); err != nil {
-			log.Info("the kernel maps 64 KiB around each page of the binary the sidecar touches", "err", err)
-		} else {
-			log.Debug("the binary is mapped a page at a time", "bytes", n)
-		}
-	}
 	load := func() (*config.Config, error) {
 		if o.pod {
 			return podConfig(os.Getenv)
