@@ -163,7 +163,7 @@ for scenario in ["steady", "storm", "reload"]:
     for adaptive in ["true", "false"]:
         runs = [one(f"{scenario}-{adaptive}@{i}") for i in range(1, rounds + 1)]
         res[(scenario, adaptive)] = runs
-        label = "on (default)" if adaptive == "true" else "off"
+        label = "on" if adaptive == "true" else "off (default)"
         extra = ""
         if scenario == "storm":
             extra = f"; storm {statistics.median(r['storm'] for r in runs) / 3:.0f} new connections/s"
@@ -195,18 +195,19 @@ Run: `bench/procs.sh` on {E['RUN_DATE']}, {E['CPU_MODEL']}, {E['NPROC']} CPUs, {
 The sidecar as it ships, `-concurrency 2`, a static config with one
 STATIC cluster holding `bench/upstream` (the reload scenario's config adds a
 10,000-endpoint cluster that nothing dials), access log off; with the
-scaler (`-adaptive-procs`, the default: Go on one processor until the
-sidecar uses 0.8 CPUs in a 100 ms window, then on two, back to one after
-2 s under half a CPU) and without. A stream of 1000 req/s (fortio `-c 8
--qps 1000 -uniform`, kept-alive connections, 1 KiB responses) for
-{E['SECONDS_RUN']} s after a 1 s warm-up, alone (steady), with 3 s of new
-connections as fast as a second fortio opens them starting about 7 s in
-(storm: `-c 32 -qps 0 -keepalive=false`), or with a reload of the config
-every 4 s (reload: SIGHUP). Latency is the stream's (fortio, ms); CPU is the
-sidecar's utime+stime (`/proc/PID/stat`) over the run, per request served
-(the stream's and the storm's). Load generators, sidecar and upstream share
-the machine's CPUs. {rounds} rounds, the six runs alternating in each; each
-cell is the median, with every round's figure in brackets.
+scaler (`-adaptive-procs=true`: Go on one processor until the sidecar uses
+0.8 CPUs in a 100 ms window, then on two, back to one after 2 s under half
+a CPU) and without (`-adaptive-procs=false`, the default: two processors).
+A stream of 1000 req/s (fortio `-c 8 -qps 1000 -uniform`, kept-alive
+connections, 1 KiB responses) for {E['SECONDS_RUN']} s after a 1 s warm-up,
+alone (steady), with 3 s of new connections as fast as a second fortio
+opens them starting about 7 s in (storm: `-c 32 -qps 0 -keepalive=false`),
+or with a reload of the config every 4 s (reload: SIGHUP). Latency is the
+stream's (fortio, ms); CPU is the sidecar's utime+stime (`/proc/PID/stat`)
+over the run, per request served (the stream's and the storm's). Load
+generators, sidecar and upstream share the machine's CPUs. {rounds} rounds,
+the six runs alternating in each; each cell is the median, with every
+round's figure in brackets.
 
 | scenario | scaler | p50 | p99 | p99.9 | max | sidecar CPU µs/request | raises to 2 processors (median) | non-200 |
 |---|---|---:|---:|---:|---:|---:|---:|---:|

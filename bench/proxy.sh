@@ -446,9 +446,8 @@ Setup: an upstream (`bench/upstream`, Go net/http, fixed 1 KiB body with
 Content-Length, keep-alive) on {E['UP']}; each proxy in turn on its own port,
 keep-alive on both sides:
 - meshlet: `sidecar run` with a static config, one STATIC round-robin cluster
-  holding the upstream, `access_log: off`, protocol auto, 2 workers and the
-  default adaptive processors (Go runs on one until the sidecar uses
-  80 % of a CPU, on two above that);
+  holding the upstream, `access_log: off`, protocol auto, 2 workers on two
+  Go processors (the processor scaler, `-adaptive-procs`, off: the default);
 - haproxy: http mode, `nbthread 2`, `http-reuse always`;
 - nginx: `worker_processes 2`, upstream `keepalive 64`, `proxy_http_version 1.1`,
   `proxy_set_header Connection ""`, and `keepalive_requests 1000000` on both sides
