@@ -1,5 +1,4 @@
-# Sourced by bench/proxy.sh and bench/pgo.sh: what both need to run the
-# proxy benchmark's sidecar.
+# Sourced by the bench/*.sh scripts that run the sidecar: what they share.
 
 # ports_free PORT...: fails, naming the port, if one is already listened on.
 ports_free() {
@@ -57,4 +56,43 @@ clusters:
           lb_endpoints:
             - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 18080}}}
 YAML
+}
+
+# big_config PORT ADMIN_PORT_BASE BIG_PORT [N] prints sidecar_config PORT
+# ADMIN_PORT_BASE plus a second listener on 127.0.0.1:BIG_PORT (original
+# destination 10.96.0.11:80) routed to "big", a STATIC round-robin cluster
+# of N endpoints (default 1,000, at most 10,000) over zones a/b/c
+# (127.0.10-49.x:18080): in use by a route as in a mesh, but nothing
+# connects to that listener and no health checks run, so only its memory
+# and its loading count.
+big_config() {
+  local n=${4:-1000}
+  sidecar_config "$1" "$2" | sed '/^clusters:$/,$d'
+  cat <<YAML
+  - name: bench-big
+    address: 127.0.0.1:$3
+    original_destination: 10.96.0.11:80
+    protocol: auto
+    routes:
+      - name: big
+        match: {destination: "10.96.0.11:80"}
+        cluster: big
+YAML
+  sidecar_config "$1" "$2" | sed -n '/^clusters:$/,$p'
+  cat <<YAML
+  - name: big
+    type: STATIC
+    connect_timeout: 1s
+    lb_policy: ROUND_ROBIN
+    load_assignment:
+      cluster_name: big
+      endpoints:
+YAML
+  local zones=(a b c) z i
+  for z in 0 1 2; do
+    printf '        - locality: {region: r1, zone: %s}\n          lb_endpoints:\n' "${zones[z]}"
+    for ((i = z; i < n; i += 3)); do
+      printf '            - endpoint: {address: {socket_address: {address: 127.0.%d.%d, port_value: 18080}}}\n' $((10 + i / 250)) $((1 + i % 250))
+    done
+  done
 }

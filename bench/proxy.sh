@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compares meshlet's HTTP/1.1 data plane with haproxy and nginx on loopback:
-# max throughput, latency at a fixed 1000 req/s, proxy CPU time per request (and its user part),
-# and meshlet's RSS with a 1,000-endpoint cluster. Rewrites the proxy section
-# of bench/RESULTS.md and bench/proxy.png.
+# max throughput, latency at a fixed 1000 req/s, proxy CPU time per request (and its user part)
+# and the pages each touches per request. Rewrites the proxy section of
+# bench/RESULTS.md and bench/proxy.png. The sidecar's memory is
+# bench/memory.sh's.
 #
 # Usage: bench/proxy.sh        (one run of 3 alternating rounds, about 5 minutes
 #                               once tools are installed; MESHLET_BENCH_ROUNDS=N)
@@ -15,8 +16,7 @@
 #
 # Ports (127.0.0.1): upstream 18080, meshlet 18101, haproxy 18102, nginx 18103,
 # the Go floor (bench/floor) 18104,
-# meshlet admin/health/prometheus 18190-18192; the RSS runs use 18111, 18112 and
-# 18193-18195.
+# meshlet admin/health/prometheus 18190-18192.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh # ports_free, wait_http, sidecar_config
@@ -27,7 +27,7 @@ FORTIO_VERSION=1.68.2
 DURATION=${MESHLET_BENCH_DURATION:-10s}
 ROUNDS=${MESHLET_BENCH_ROUNDS:-3}
 UP=127.0.0.1:18080
-PORT_MESHLET=18101 PORT_HAPROXY=18102 PORT_NGINX=18103 PORT_FLOOR=18104 PORT_RSS=18111
+PORT_MESHLET=18101 PORT_HAPROXY=18102 PORT_NGINX=18103 PORT_FLOOR=18104
 out_md=bench/RESULTS.md
 out_png=bench/proxy.png
 
@@ -80,7 +80,7 @@ CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar" ./cmd/sidec
 go build -o "$tmp/upstream" ./bench/upstream
 go build -o "$tmp/floor" ./bench/floor
 
-ports_free 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR $PORT_RSS 18112 18190 18191 18192 18193 18194 18195 ||
+ports_free 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR 18190 18191 18192 ||
   die "a port the benchmark needs is taken"
 
 # ---------------------------------------------------------------- helpers
@@ -173,7 +173,6 @@ bench_meshlet() { # bench_meshlet ROUND
   local pid=$started
   scenario "meshlet@$1" "http://127.0.0.1:$PORT_MESHLET/" "$pid"
   curl -fsS --max-time 2 "http://127.0.0.1:18190/stats" >"$tmp/meshlet-stats.txt" 2>/dev/null || true
-  meshlet_rss_after_load=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
   stop "$pid"
 }
 
@@ -300,102 +299,6 @@ else
   pcid="this CPU has no process-context identifiers (no \`pcid\` flag in /proc/cpuinfo): every switch between processes empties the TLB of the process's entries, so each page a wake-up touches costs a page-table walk"
 fi
 
-# ---------------------------------------------------------------- RSS, 1,000 endpoints
-log "meshlet RSS with 1,000 endpoints"
-{
-  sidecar_config $PORT_RSS 18193 |
-    sed '/^clusters:$/,$d' # listeners only; the clusters follow below
-  # A second listener routes to "big", so the cluster is in use by a route as
-  # in a mesh; nothing connects to it.
-  cat <<YAML
-  - name: bench-big
-    address: 127.0.0.1:18112
-    original_destination: 10.96.0.11:80
-    protocol: auto
-    routes:
-      - name: big
-        match: {destination: "10.96.0.11:80"}
-        cluster: big
-YAML
-  sidecar_config $PORT_RSS 18193 | sed -n '/^clusters:$/,$p'
-  # 1,000 endpoints over 3 zones. Nothing listens there and nothing is sent
-  # (no health checks; the requests go to "upstream"): only memory counts.
-  cat <<YAML
-  - name: big
-    type: STATIC
-    connect_timeout: 1s
-    lb_policy: ROUND_ROBIN
-    load_assignment:
-      cluster_name: big
-      endpoints:
-YAML
-  zones=(a b c)
-  for z in 0 1 2; do
-    printf '        - locality: {region: r1, zone: %s}\n          lb_endpoints:\n' "${zones[z]}"
-    for ((i = z; i < 1000; i += 3)); do
-      printf '            - endpoint: {address: {socket_address: {address: 127.0.%d.%d, port_value: 18080}}}\n' $((10 + i / 250)) $((1 + i % 250))
-    done
-  done
-} >"$tmp/rss.yaml"
-n_endpoints=$(sed -n '/cluster_name: big$/,$p' "$tmp/rss.yaml" | grep -c 'port_value: 18080}}}')
-# rss_run NAME CONFIG [ENV...]: start the sidecar; wait 2 s (its start-up
-# memory release runs 1 s after the config load); 20 requests through it;
-# 1 s later VmHWM, VmRSS, RssAnon and RssFile (KiB) into $tmp/NAME.rss. Then a
-# load (20,000 requests at c=16, then GET /stats/prometheus and /clusters),
-# the same four at once into $tmp/NAME.loaded and 3 s later (the sidecar
-# idle: its quiet-after-busy release runs within 2 s) into $tmp/NAME.idle;
-# /clusters into $tmp/NAME.clusters.
-rss_run() {
-  local name=$1 cfg=$2 pid codes
-  shift 2
-  start "$name" env "$@" "$tmp/sidecar" run -config "$cfg" -watch 0
-  pid=$started
-  wait_http "http://127.0.0.1:$PORT_RSS/" || die "$name did not start: $(tail -5 "$tmp/$name.out")"
-  sleep 2
-  "$fortio" load -quiet -c 2 -n 20 -qps 0 -json "$tmp/$name-requests.json" "http://127.0.0.1:$PORT_RSS/" \
-    >"$tmp/$name-requests.log" 2>&1 || die "requests through $name failed"
-  codes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["RetCodes"])' "$tmp/$name-requests.json")
-  sleep 1
-  awk '/^(VmRSS|VmHWM|RssAnon|RssFile):/ {print $2}' "/proc/$pid/status" | paste -sd' ' >"$tmp/$name.rss"
-  "$fortio" load -quiet -c 16 -n 20000 -qps 0 -json "$tmp/$name-load.json" "http://127.0.0.1:$PORT_RSS/" \
-    >"$tmp/$name-load.log" 2>&1 || die "load through $name failed"
-  curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:18195/stats/prometheus" || die "$name: GET /stats/prometheus failed"
-  curl -fsS --max-time 5 "http://127.0.0.1:18193/clusters" >"$tmp/$name.clusters" || die "$name: GET /clusters failed"
-  awk '/^(VmRSS|VmHWM|RssAnon|RssFile):/ {print $2}' "/proc/$pid/status" | paste -sd' ' >"$tmp/$name.loaded"
-  sleep 3
-  awk '/^(VmRSS|VmHWM|RssAnon|RssFile):/ {print $2}' "/proc/$pid/status" | paste -sd' ' >"$tmp/$name.idle"
-  stop "$pid"
-  log "$name: 20 requests, codes $codes; VmHWM/VmRSS/RssAnon/RssFile KiB $(cat "$tmp/$name.rss"), after load $(cat "$tmp/$name.loaded"), idle $(cat "$tmp/$name.idle")"
-}
-sidecar_config $PORT_RSS 18193 >"$tmp/rss1.yaml"
-rss_run meshlet-rss1 "$tmp/rss1.yaml"
-for i in 1 2 3; do rss_run "meshlet-rss1000@$i" "$tmp/rss.yaml"; done
-rss_run meshlet-rss1000-keep "$tmp/rss.yaml" MESHLET_RELEASE_BINARY_PAGES=false MESHLET_RELEASE_MEMORY_WHEN_IDLE=false \
-  MESHLET_SINGLE_PAGE_BINARY_FAULTS=false
-rss_run meshlet-rss1000-faultaround "$tmp/rss.yaml" MESHLET_SINGLE_PAGE_BINARY_FAULTS=false
-# The median of the three runs by VmRSS; /proc/PID/status order: VmHWM,
-# VmRSS, RssAnon, RssFile.
-median_run=$(for i in 1 2 3; do echo "$(cut -d' ' -f2 "$tmp/meshlet-rss1000@$i.rss") $i"; done | sort -n | sed -n 2p | cut -d' ' -f2)
-rss1000_all=$(for i in 1 2 3; do echo "$(cut -d' ' -f2 "$tmp/meshlet-rss1000@$i.rss")"; done | paste -sd' ')
-read -r hwm_kib rss_kib anon_kib file_kib <"$tmp/meshlet-rss1000@$median_run.rss"
-read -r _ lrss_kib lanon_kib lfile_kib <"$tmp/meshlet-rss1000@$median_run.loaded"
-read -r _ irss_kib ianon_kib ifile_kib <"$tmp/meshlet-rss1000@$median_run.idle"
-read -r _ rss1_kib anon1_kib file1_kib <"$tmp/meshlet-rss1.rss"
-read -r _ krss_kib kanon_kib kfile_kib <"$tmp/meshlet-rss1000-keep.rss"
-read -r _ klrss_kib klanon_kib klfile_kib <"$tmp/meshlet-rss1000-keep.loaded"
-read -r _ kirss_kib kianon_kib kifile_kib <"$tmp/meshlet-rss1000-keep.idle"
-read -r _ frss_kib fanon_kib ffile_kib <"$tmp/meshlet-rss1000-faultaround.rss"
-read -r _ flrss_kib flanon_kib flfile_kib <"$tmp/meshlet-rss1000-faultaround.loaded"
-read -r _ firss_kib fianon_kib fifile_kib <"$tmp/meshlet-rss1000-faultaround.idle"
-loaded=$(grep -c '^big::[0-9.:]*::zone::' "$tmp/meshlet-rss1000@$median_run.clusters" || true)
-# The sidecar says at start, at info level, when it cannot map its binary a
-# page at a time.
-single_page="single-page binary faults on in these runs"
-if grep -q 'maps 64 KiB around each page' "$tmp/meshlet-rss1000@$median_run.out"; then
-  single_page="single-page binary faults not available here: $(grep -o 'err=.*' "$tmp/meshlet-rss1000@$median_run.out" | head -1)"
-fi
-[ "$loaded" -eq "$n_endpoints" ] || die "meshlet reports $loaded hosts in cluster big, want $n_endpoints"
-
 # ---------------------------------------------------------------- results
 haproxy_version=$(haproxy -v 2>&1 | sed -n 1p)
 nginx_version=$(nginx -v 2>&1 | sed -n 1p)
@@ -475,29 +378,12 @@ GP
 
 export RUN_DATE=$run_date CPU_MODEL=$cpu_model NPROC=$(nproc) LOAD_START=$load_start LOAD_END=$load_end \
   HAPROXY_VERSION=$haproxy_version NGINX_VERSION=$nginx_version FORTIO_VERSION_OUT=$fortio_version \
-  GO_VERSION=$go_version UP DURATION ROUNDS RSS_KIB=$rss_kib HWM_KIB=$hwm_kib \
-  IDLE_KIB=$meshlet_rss_after_load RSS1_KIB=$rss1_kib N_ENDPOINTS=$n_endpoints \
-  ANON_KIB=$anon_kib FILE_KIB=$file_kib ANON1_KIB=$anon1_kib FILE1_KIB=$file1_kib \
-  LRSS_KIB=$lrss_kib LANON_KIB=$lanon_kib LFILE_KIB=$lfile_kib RSS1000_ALL="$rss1000_all" \
-  IRSS_KIB=$irss_kib IANON_KIB=$ianon_kib IFILE_KIB=$ifile_kib \
-  KIRSS_KIB=$kirss_kib KIANON_KIB=$kianon_kib KIFILE_KIB=$kifile_kib \
-  KRSS_KIB=$krss_kib KANON_KIB=$kanon_kib KFILE_KIB=$kfile_kib \
-  KLRSS_KIB=$klrss_kib KLANON_KIB=$klanon_kib KLFILE_KIB=$klfile_kib SINGLE_PAGE="$single_page" \
-  FRSS_KIB=$frss_kib FANON_KIB=$fanon_kib FFILE_KIB=$ffile_kib FLRSS_KIB=$flrss_kib FLANON_KIB=$flanon_kib \
-  FLFILE_KIB=$flfile_kib FIRSS_KIB=$firss_kib FIANON_KIB=$fianon_kib FIFILE_KIB=$fifile_kib PCID="$pcid"
+  GO_VERSION=$go_version UP DURATION ROUNDS PCID="$pcid"
 python3 - "$tmp" "$out_md" <<'PY'
 import json, os, re, sys
 tmp, path = sys.argv[1], sys.argv[2]
 E = os.environ
 rows = {r["name"]: r for r in json.load(open(os.path.join(tmp, "rows.json")))}
-rss_kib, hwm_kib, idle_kib = int(E["RSS_KIB"]), int(E["HWM_KIB"]), int(E["IDLE_KIB"])
-rss1_kib = int(E["RSS1_KIB"])
-anon_kib, file_kib, anon1_kib, file1_kib = (int(E[k]) for k in ("ANON_KIB", "FILE_KIB", "ANON1_KIB", "FILE1_KIB"))
-K = {k: int(E[k]) / 1024 for k in ("LRSS_KIB", "LANON_KIB", "LFILE_KIB", "KRSS_KIB", "KANON_KIB", "KFILE_KIB",
-                                    "KLRSS_KIB", "KLANON_KIB", "KLFILE_KIB", "IRSS_KIB", "IANON_KIB", "IFILE_KIB",
-                                    "KIRSS_KIB", "KIANON_KIB", "KIFILE_KIB", "FRSS_KIB", "FANON_KIB", "FFILE_KIB",
-                                    "FLRSS_KIB", "FLANON_KIB", "FLFILE_KIB", "FIRSS_KIB", "FIANON_KIB", "FIFILE_KIB")}
-rss_all = ", ".join("%.1f" % (int(x) / 1024) for x in E["RSS1000_ALL"].split())
 
 
 def ms(v):
@@ -534,7 +420,6 @@ def verdict(ok):
     return "**met**" if ok else "**not met**"
 
 
-rss_mib = rss_kib / 1024
 non200 = [k for k in rows if rows[k]["max"]["bad"] + rows[k]["fixed"]["bad"]]
 if non200:
     codes_line = "**Non-200 responses** (fortio RetCodes): " + "; ".join(
@@ -550,11 +435,6 @@ cpu_goal = (
     f"The Go floor (`bench/floor`) takes {fl['max']['cpu']:.1f} and {fl['fixed']['cpu']:.1f}: meshlet's own work per request "
     f"is {me['max']['cpu'] - fl['max']['cpu']:.1f} µs at max throughput and {me['fixed']['cpu'] - fl['fixed']['cpu']:.1f} µs at 1000 rps."
 )
-rss_goal = (f"{verdict(rss_mib <= 15)} for a started sidecar: VmRSS {rss_mib:.1f} MiB (private RssAnon {anon_kib / 1024:.1f} MiB, "
-            f"the mapped binary {file_kib / 1024:.1f} MiB). {verdict(K['LRSS_KIB'] <= 15)} right after load: VmRSS {K['LRSS_KIB']:.1f} MiB "
-            f"(RssAnon {K['LANON_KIB']:.1f}, RssFile {K['LFILE_KIB']:.1f}). {verdict(K['IRSS_KIB'] <= 15)} idle 3 s after the load: "
-            f"VmRSS {K['IRSS_KIB']:.1f} MiB (RssAnon {K['IANON_KIB']:.1f}, RssFile {K['IFILE_KIB']:.1f}).")
-
 section = f"""<!-- proxy:begin (generated by bench/proxy.sh; do not edit by hand) -->
 ## proxy: meshlet vs haproxy and nginx (HTTP/1.1 on loopback)
 
@@ -566,9 +446,8 @@ Setup: an upstream (`bench/upstream`, Go net/http, fixed 1 KiB body with
 Content-Length, keep-alive) on {E['UP']}; each proxy in turn on its own port,
 keep-alive on both sides:
 - meshlet: `sidecar run` with a static config, one STATIC round-robin cluster
-  holding the upstream, `access_log: off`, protocol auto, 2 workers and the
-  default adaptive processors (Go runs on one until the sidecar uses
-  80 % of a CPU, on two above that);
+  holding the upstream, `access_log: off`, protocol auto, 2 workers on two
+  Go processors (the processor scaler, `-adaptive-procs`, off: the default);
 - haproxy: http mode, `nbthread 2`, `http-reuse always`;
 - nginx: `worker_processes 2`, upstream `keepalive 64`, `proxy_http_version 1.1`,
   `proxy_set_header Connection ""`, and `keepalive_requests 1000000` on both sides
@@ -617,46 +496,12 @@ At max throughput the proxy is seldom idle: it goes from one ready
 connection to the next without a switch, and the TLB stays warm (see the
 notes of the sixth stop below).
 
-Meshlet RSS, each sidecar freshly started and left 2 s (its memory release
-runs 1 s after the configuration load: the heap's free memory and its
-mappings of the executable's pages go back to the kernel), then 20 requests
-through it to the 1-endpoint "upstream" cluster, VmRSS read 1 s later; then
-20,000 requests at c=16, a scrape of /stats/prometheus and a GET of /clusters,
-VmRSS read at once ("right after load") and 3 s later ("idle": the
-sidecar's quiet-after-busy release, `-release-memory-when-idle`, runs in
-the first second that allocates under 32 KiB after 2 MiB were allocated):
-
-| config | VmRSS MiB | of which private (RssAnon) | of which the mapped binary (RssFile) | right after load: VmRSS (RssAnon + RssFile) | idle 3 s after load: VmRSS (RssAnon + RssFile) |
-|---|---:|---:|---:|---:|---:|
-| 1-endpoint cluster only | {rss1_kib / 1024:.1f} | {anon1_kib / 1024:.1f} | {file1_kib / 1024:.1f} | | |
-| plus a {int(E['N_ENDPOINTS']):,}-endpoint cluster (127.0.10-13.x:18080, zones a/b/c, no health checks, never dialled; routed to by a second listener); median of 3 runs ({rss_all}) | **{rss_mib:.1f}** (VmHWM {hwm_kib / 1024:.1f}) | {anon_kib / 1024:.1f} | {file_kib / 1024:.1f} | {K['LRSS_KIB']:.1f} ({K['LANON_KIB']:.1f} + {K['LFILE_KIB']:.1f}) | **{K['IRSS_KIB']:.1f}** ({K['IANON_KIB']:.1f} + {K['IFILE_KIB']:.1f}) |
-| the same, `MESHLET_SINGLE_PAGE_BINARY_FAULTS=false` (the releases on, the kernel maps 64 KiB around each fault of the binary) | {K['FRSS_KIB']:.1f} | {K['FANON_KIB']:.1f} | {K['FFILE_KIB']:.1f} | {K['FLRSS_KIB']:.1f} ({K['FLANON_KIB']:.1f} + {K['FLFILE_KIB']:.1f}) | {K['FIRSS_KIB']:.1f} ({K['FIANON_KIB']:.1f} + {K['FIFILE_KIB']:.1f}) |
-| the same, `MESHLET_RELEASE_BINARY_PAGES=false MESHLET_RELEASE_MEMORY_WHEN_IDLE=false MESHLET_SINGLE_PAGE_BINARY_FAULTS=false` (the kernel maps 64 KiB around each fault of the binary; its pages stay mapped; no release after load) | {K['KRSS_KIB']:.1f} | {K['KANON_KIB']:.1f} | {K['KFILE_KIB']:.1f} | {K['KLRSS_KIB']:.1f} ({K['KLANON_KIB']:.1f} + {K['KLFILE_KIB']:.1f}) | {K['KIRSS_KIB']:.1f} ({K['KIANON_KIB']:.1f} + {K['KIFILE_KIB']:.1f}) |
-
-The {int(E['N_ENDPOINTS']):,} endpoints add {(rss_kib - rss1_kib) / 1024:.1f} MiB. RssFile is the pages of the
-{os.path.getsize(os.path.join(tmp, "sidecar")) / (1 << 20):.0f} MiB executable the process has mapped; they are shared by every
-process running the binary and reclaimable, and charged to the memory cgroup
-as page cache whether a process maps them or not. By default the kernel maps up to
-16 pages around each page a process faults in, and a Go binary spreads what
-a request touches (code, type data, function tables) over the whole image:
-a single request then maps 4-5 MiB of it. `-single-page-binary-faults`
-(on by default; Linux 6.7+ on x86-64, userfaultfd allowed) registers the
-executable's mappings with a userfaultfd in asynchronous write-protect mode,
-for which the kernel maps each page alone. Start-up (package initialisation,
-the protobuf registry) and the configuration load touch much of the binary;
-after the release only what the sidecar uses since is mapped ({E['SINGLE_PAGE']}). RssAnon is the private memory (heap,
-stacks, runtime); under load it grows with connections, buffers and the
-garbage collector's heap target, and goes back once the sidecar is idle.
-The release costs one forced garbage collection, and the first requests
-after it map back the binary's pages they use. The 1-endpoint sidecar of
-the CPU table had VmRSS {idle_kib / 1024:.1f} MiB right after its load runs.
-
 ### Goals
 
 | goal | result |
 |---|---|
 | proxy CPU per request <= haproxy's | {cpu_goal} |
-| RSS <= 15 MiB with 1,000 endpoints | {rss_goal} |
+| memory | in the memory section (`bench/memory.sh`) |
 
 ![proxy benchmark](proxy.png)
 <!-- proxy:end -->"""
@@ -677,12 +522,11 @@ print(table)
 PY
 
 # Anything meshlet logged at warn/error level during the runs.
-for f in "$tmp/meshlet.out" "$tmp"/meshlet-rss*.out; do
+for f in "$tmp/meshlet.out"; do
   if grep -E 'level=(WARN|ERROR)' "$f" >/dev/null; then
     log "meshlet logged warnings/errors ($(basename "$f")):"
     grep -E 'level=(WARN|ERROR)' "$f" | head -20 >&2
   fi
 done
 grep -E 'upstream_rq_(5xx|retry|timeout)|cx_connect_fail|none_healthy' "$tmp/meshlet-stats.txt" 2>/dev/null | grep -v ': 0$' | head -20 >&2 || true
-log "meshlet RSS (1,000 endpoints): $((rss_kib / 1024)) MiB ($rss_kib KiB)"
 log "wrote $out_md and $out_png"

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -401,7 +400,6 @@ func (s *Server) flatStats() []statValue {
 	active := s.downstreamActive.Load()
 	out = append(out, statValue{name: "server.events_dropped", value: int64(s.dropped.Load())},
 		statValue{name: "server.concurrency", value: int64(len(s.workers)), gauge: true},
-		statValue{name: "server.go_processors", value: int64(runtime.GOMAXPROCS(0)), gauge: true},
 		statValue{name: "server.uptime", value: int64(time.Since(s.started).Seconds()), gauge: true},
 		statValue{name: "server.downstream_cx_active", value: active, gauge: true},
 		statValue{name: "server.global_downstream_max_connections", value: st.maxDownstream, gauge: true},

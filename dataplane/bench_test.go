@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,4 +172,11 @@ func BenchmarkH1ReadRequest(b *testing.B) {
 			b.Fatal("declined")
 		}
 	}
+}
+
+// processCPUTime is the process's user and system CPU time so far.
+func processCPUTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

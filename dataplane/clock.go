@@ -69,8 +69,8 @@ const (
 )
 
 // clockEpoch is where the ticks of every clock of the process (one per
-// worker) and the processor scaler's windows start: they all fall on the
-// same instants, multiples of clockTick from it, so that the runtime wakes
+// worker) and of the process's other periodic tasks (UntilClockTick)
+// start: they all fall on the same instants, multiples of clockTick from it, so that the runtime wakes
 // once for all of them instead of once for each (two workers' clocks
 // started at different moments made 80 wake-ups a second instead of 40).
 var clockEpoch = time.Now()
@@ -79,6 +79,19 @@ var clockEpoch = time.Now()
 // every from clockEpoch comes: more than 0, at most every.
 func untilTick(now time.Time, every time.Duration) time.Duration {
 	return every - now.Sub(clockEpoch)%every
+}
+
+// ClockTick is the resolution of the workers' clocks, which run route
+// timeouts and other alarms of the request path.
+const ClockTick = clockTick
+
+// UntilClockTick is how long after now the next instant comes that is a
+// multiple of every from the instant the workers' clocks count their
+// ticks from: more than 0, at most every. A periodic task of the process
+// whose period is a multiple of ClockTick wakes then, with the clocks,
+// instead of on its own.
+func UntilClockTick(now time.Time, every time.Duration) time.Duration {
+	return untilTick(now, every)
 }
 
 // after sets fn to run once d has passed.

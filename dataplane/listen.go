@@ -4,14 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"syscall"
 )
-
-// Workers is the number of workers the data plane runs: the usable CPUs.
-// The Go runtime's GOMAXPROCS already follows the CPU affinity mask and the
-// cgroup CPU limit (Go 1.25+), so it is the cgroup-aware CPU count.
-func Workers() int { return max(1, runtime.GOMAXPROCS(0)) }
 
 // listenReusePort opens one member of a SO_REUSEPORT group on addr, with
 // MPTCP off (an MPTCP socket would not match the eBPF socket programs).

@@ -17,7 +17,6 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -46,16 +45,12 @@ type Options struct {
 	// AccessLog, when set, receives access-log lines instead of the
 	// config's access_log.path.
 	AccessLog io.Writer
-	// Workers overrides the number of workers (0: one per usable CPU).
+	// Workers is the number of workers, each with its own SO_REUSEPORT
+	// socket of every listener (0: one). The caller decides it once
+	// (the sidecar: -concurrency or the usable CPUs); the data plane
+	// never derives it from the runtime's processor count, which the
+	// process may change while it runs.
 	Workers int
-	// AdaptiveProcs runs the Go runtime on one processor until it is
-	// 80 % busy, then on all of them (the GOMAXPROCS at Start, at most
-	// one per worker) within 100 ms, and on one again after 2 s under
-	// half a CPU: processors with little to do cost CPU per request (see
-	// procScaler). It changes the whole
-	// process's GOMAXPROCS, so one Server per process should set it, and
-	// the runtime then no longer follows a changed CPU limit by itself.
-	AdaptiveProcs bool
 	// LogLevel, when set, is the level the admin /logging endpoint
 	// changes (the caller's logger should read it).
 	LogLevel *slog.LevelVar
@@ -226,11 +221,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.log = slog.Default()
 	}
 	s.notReady.Store(opts.StartNotReady)
-	n := opts.Workers
-	if n <= 0 {
-		n = Workers()
+	if opts.Workers < 0 {
+		return nil, fmt.Errorf("dataplane: Options.Workers %d: want a worker count (0: one)", opts.Workers)
 	}
-	for i := range n {
+	for i := range max(1, opts.Workers) {
 		s.workers = append(s.workers, newWorker(s, i))
 	}
 	st, err := s.buildState(cfg, nil)
@@ -240,6 +234,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.state.Store(st)
 	return s, nil
 }
+
+// Workers is the number of workers the Server runs (Options.Workers).
+func (s *Server) Workers() int { return len(s.workers) }
 
 // SetReady sets readiness (see Options.StartNotReady); draining always
 // reports not ready.
@@ -270,9 +267,6 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.mainLoop()
 	for _, w := range s.workers {
 		go s.forward(w)
-	}
-	if n := min(runtime.GOMAXPROCS(0), len(s.workers)); s.opts.AdaptiveProcs && n > 1 {
-		go newProcScaler(n, s.log).run(s.ctx)
 	}
 	s.startClusterLoops(st, nil)
 	if err := s.startAdmin(st.cfg); err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/meshlet-dev/meshlet/dataplane"
 )
 
 func TestSimulateDefaultTableAndJSON(t *testing.T) {
@@ -249,22 +248,119 @@ func TestDrainAndWaitHooks(t *testing.T) {
 	}
 }
 
-// limitConcurrency lowers the runtime's processors (and so the workers),
-// never raises them, and 0 keeps the default.
-func TestLimitConcurrency(t *testing.T) {
+// resolveWorkers lowers the runtime's processors to -concurrency, never
+// raises them, and 0 keeps the default; the count it returns is the
+// workers'.
+func TestResolveWorkers(t *testing.T) {
 	prev := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(prev)
 	runtime.GOMAXPROCS(4)
-	limitConcurrency(0)
-	if n := runtime.GOMAXPROCS(0); n != 4 {
-		t.Errorf("0: GOMAXPROCS %d, want 4 kept", n)
+	if w, n := resolveWorkers(0), runtime.GOMAXPROCS(0); w != 4 || n != 4 {
+		t.Errorf("0: %d workers, GOMAXPROCS %d, want 4 and 4 kept", w, n)
 	}
-	limitConcurrency(8)
-	if n := runtime.GOMAXPROCS(0); n != 4 {
-		t.Errorf("8 over a default of 4: GOMAXPROCS %d, want 4 (a CPU limit is not raised)", n)
+	if w, n := resolveWorkers(8), runtime.GOMAXPROCS(0); w != 4 || n != 4 {
+		t.Errorf("8 over a default of 4: %d workers, GOMAXPROCS %d, want 4 and 4 (a CPU limit is not raised)", w, n)
 	}
-	limitConcurrency(2)
-	if n, w := runtime.GOMAXPROCS(0), dataplane.Workers(); n != 2 || w != 2 {
-		t.Errorf("2: GOMAXPROCS %d, workers %d, want 2", n, w)
+	if w, n := resolveWorkers(2), runtime.GOMAXPROCS(0); w != 2 || n != 2 {
+		t.Errorf("2: %d workers, GOMAXPROCS %d, want 2 and 2", w, n)
 	}
+}
+
+// At -concurrency 2 the sidecar runs and reports 2 workers although the
+// processor scaler has already run Go on one processor: the count is
+// decided once, at start, and never read back from GOMAXPROCS. Then
+// -adaptive-procs=false keeps the 2 processors.
+func TestRunWorkersAtConcurrency(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	for _, adaptive := range []bool{true, false} {
+		runtime.GOMAXPROCS(2)
+		listen, admin, prom := free(), free(), free()
+		path := filepath.Join(t.TempDir(), "sidecar.yaml")
+		os.WriteFile(path, []byte(fmt.Sprintf(`admin: %s
+health: "off"
+prometheus: %s
+access_log: {path: "off"}
+listeners:
+  - address: %s
+    original_destination: 10.96.0.10:80
+    routes:
+      - {match: {destination: "10.96.0.10:80"}, cluster: up}
+clusters:
+  - name: up
+    load_assignment:
+      cluster_name: up
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
+`, admin, prom, listen)), 0o644)
+		// run prints its start-up line once everything is started.
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			done <- run([]string{"-config", path, "-watch", "0", "-log-level", "error", "-concurrency", "2",
+				fmt.Sprintf("-adaptive-procs=%v", adaptive)}, pw)
+		}()
+		lines := make(chan string, 1)
+		go func() {
+			line, _ := bufio.NewReader(pr).ReadString('\n')
+			lines <- line
+		}()
+		var line string
+		select {
+		case line = <-lines:
+		case err := <-done:
+			t.Fatalf("adaptive %v: run returned before its start-up line: %v", adaptive, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("adaptive %v: no start-up line", adaptive)
+		}
+		if !strings.HasPrefix(line, "sidecar: 2 workers;") {
+			t.Errorf("adaptive %v: start-up line %q, want 2 workers", adaptive, line)
+		}
+		procs := runtime.GOMAXPROCS(0)
+		if want := map[bool]int{true: 1, false: 2}[adaptive]; procs != want {
+			t.Errorf("adaptive %v: GOMAXPROCS %d once started, want %d", adaptive, procs, want)
+		}
+		stats := httpGet(t, "http://"+admin+"/stats?filter=server.concurrency")
+		if !strings.Contains(stats, "server.concurrency: 2\n") {
+			t.Errorf("adaptive %v: /stats %q, want server.concurrency: 2", adaptive, stats)
+		}
+		metrics := httpGet(t, "http://"+prom+"/stats/prometheus")
+		if want := fmt.Sprintf("meshlet_go_processors %d\n", procs); !strings.Contains(metrics, want) {
+			t.Errorf("adaptive %v: /stats/prometheus has no %q", adaptive, want)
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("run did not stop on SIGTERM")
+		}
+		if n := runtime.GOMAXPROCS(0); n != 2 {
+			t.Errorf("adaptive %v: GOMAXPROCS %d after run returned, want the 2 it started with", adaptive, n)
+		}
+	}
+}
+
+// httpGet returns the body of a GET of url.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return string(b)
 }

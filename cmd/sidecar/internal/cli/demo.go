@@ -84,7 +84,7 @@ func demo(phase time.Duration, rate int, out io.Writer) error {
 			u.stop()
 		}
 	}()
-	srv, err := dataplane.New(cfg, dataplane.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := dataplane.New(cfg, dataplane.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Workers: resolveWorkers(0)})
 	if err != nil {
 		return err
 	}

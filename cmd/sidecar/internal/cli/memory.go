@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -15,93 +12,45 @@ import (
 // sidecar returns freed memory to the kernel.
 const memReleaseDelay = time.Second
 
-// memReleaser returns the garbage of configuration loads (YAML, JSON and
-// protobuf decoding, the translation) to the kernel once changes settle:
-// it dwarfs the live configuration, and the Go runtime would otherwise keep
-// it mapped for minutes. Kicks within memReleaseDelay of each other run it
-// once.
+// memReleaser returns the heap's free memory to the kernel
+// (debug.FreeOSMemory): after configuration loads, whose garbage (YAML,
+// JSON and protobuf decoding, the translation) dwarfs the live
+// configuration, and when the sidecar goes quiet after a busy spell. The
+// Go runtime would otherwise keep it for minutes. Kicks within delay of
+// each other release once.
 type memReleaser struct {
-	delay time.Duration
-	// release returns false to stop releasing the binary's pages.
-	release func(log *slog.Logger, binaryPages bool) bool
+	delay   time.Duration
+	release func()
 	mu      sync.Mutex
 	t       *time.Timer
-	log     *slog.Logger
-	binary  bool // also release the executable's pages (releaseImagePages)
 }
 
-// configure names the logger the releases report to and whether they
-// release the executable's pages too.
-func (m *memReleaser) configure(log *slog.Logger, binaryPages bool) {
-	m.mu.Lock()
-	m.log, m.binary = log, binaryPages
-	m.mu.Unlock()
-}
+// releaseMemory is the process's releaser.
+var releaseMemory = &memReleaser{delay: memReleaseDelay, release: debug.FreeOSMemory}
 
+// kick releases once delay has passed without another kick.
 func (m *memReleaser) kick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.t == nil {
-		m.t = time.AfterFunc(m.delay, m.run)
+		m.t = time.AfterFunc(m.delay, m.release)
 		return
 	}
 	m.t.Reset(m.delay)
 }
 
-func (m *memReleaser) run() {
-	m.mu.Lock()
-	log, binary := m.log, m.binary
-	m.mu.Unlock()
-	if log == nil {
-		log = slog.Default()
-	}
-	if !m.release(log, binary) {
-		m.mu.Lock()
-		m.binary = false
-		m.mu.Unlock()
-	}
-}
-
-// releaseMemory is the process's releaser.
-var releaseMemory = &memReleaser{delay: memReleaseDelay, release: releaseAll}
-
-// releaseAll returns the heap's free memory to the kernel, then (with
-// binaryPages) drops the executable's pages that start-up and the
-// configuration load touched (releaseImagePages): what the request path
-// needs is mapped again on its first use.
-func releaseAll(log *slog.Logger, binaryPages bool) bool {
-	debug.FreeOSMemory()
-	if !binaryPages {
-		return false
-	}
-	n, err := releaseImagePages()
-	switch {
-	case errors.Is(err, syscall.EINVAL):
-		// Locked memory (mlockall) cannot be released: stop trying.
-		log.Info("memory release: the binary's pages are locked; not releasing them", "err", err)
-		return false
-	case err != nil:
-		log.Warn("memory release: binary pages", "err", err)
-	default:
-		log.Debug("memory released", "binary_pages_bytes", n)
-	}
-	return true
-}
-
 // Quiet-after-busy release: traffic grows the heap (the garbage
-// collector's target is twice the live heap, connection buffers, the
-// binary's request-path pages), and the Go runtime returns what it no
-// longer needs only slowly. When the sidecar goes quiet after a busy
-// spell, the releaser runs at once, so a sidecar at rest (most of a
-// mesh's, most of the time) holds what it holds after start-up.
+// collector's target is twice the live heap, connection buffers), and the
+// Go runtime returns what it no longer needs only slowly. When the
+// sidecar goes quiet after a busy spell, the releaser runs at once, so a
+// sidecar at rest (most of a mesh's, most of the time) holds what it holds
+// after start-up.
 const (
 	// idleCheckEvery is how often the allocation counter is read.
 	idleCheckEvery = time.Second
 	// idleAllocBytes: an interval that allocated less is quiet (an idle
-	// sidecar allocates about 5 KB a second; a second with a Prometheus
-	// scrape, about 140 KB, is not quiet, the next is; a proxied HTTP/1
-	// request allocates about 210 bytes, so 160 requests a second are
-	// not quiet).
+	// sidecar's health checks and a Prometheus scrape allocate less; a
+	// steady 160 proxied requests a second allocate more).
 	idleAllocBytes = 32 << 10
 	// busyAllocBytes: what must have been allocated since the last
 	// release for a quiet interval to be worth a release (a forced
@@ -146,8 +95,8 @@ func allocatedBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// watchIdle runs the releaser whenever the process goes quiet after a busy
-// spell (idleDetector), until ctx ends.
+// watchIdle releases whenever the process goes quiet after a busy spell
+// (idleDetector), until ctx ends.
 func (m *memReleaser) watchIdle(ctx context.Context) {
 	var d idleDetector
 	t := time.NewTicker(idleCheckEvery)
@@ -158,7 +107,7 @@ func (m *memReleaser) watchIdle(ctx context.Context) {
 			return
 		case now := <-t.C:
 			if d.observe(allocatedBytes(), now) {
-				m.run()
+				m.release()
 			}
 		}
 	}

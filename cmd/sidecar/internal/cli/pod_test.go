@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +104,7 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 
 func TestMemReleaserRunsOnceAfterABurst(t *testing.T) {
 	ran := make(chan struct{}, 10)
-	m := &memReleaser{delay: 50 * time.Millisecond, release: func(*slog.Logger, bool) bool { ran <- struct{}{}; return true }}
+	m := &memReleaser{delay: 50 * time.Millisecond, release: func() { ran <- struct{}{} }}
 	for range 5 {
 		m.kick()
 	}

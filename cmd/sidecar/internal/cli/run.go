@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/bpf"
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
+	"github.com/meshlet-dev/meshlet/cmd/sidecar/internal/procs"
 	"github.com/meshlet-dev/meshlet/dataplane"
 	"github.com/meshlet-dev/meshlet/dataplane/config"
 	"github.com/meshlet-dev/meshlet/discovery"
@@ -33,8 +35,7 @@ type runOptions struct {
 	xds, nodeID, xdsCA, xdsToken          string
 	sds, sdsCA, sdsToken, identity        string
 	pod, accelerate, xdsSotw              bool
-	adaptiveProcs, releaseBinary          bool
-	releaseIdle, singlePage               bool
+	adaptiveProcs, releaseIdle            bool
 	watch                                 time.Duration
 	proxyUID, concurrency                 int
 	envErr                                error // the first bad variable behind a default
@@ -93,14 +94,10 @@ func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) erro
 	// Resources.
 	fs.IntVar(&o.concurrency, "concurrency", envCount("MESHLET_CONCURRENCY", 0, "a worker count (0: one per usable CPU)"),
 		"run at most `N` workers, fewer where the CPU limit or affinity allows fewer; 0: one per usable CPU, which without a CPU limit is every CPU of the node, each idle one costing scheduler CPU. The injector sets 2 (meshlet.io/concurrency annotation). Default from $MESHLET_CONCURRENCY when set.")
-	fs.BoolVar(&o.adaptiveProcs, "adaptive-procs", envBool("MESHLET_ADAPTIVE_PROCS", true),
-		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, and on one again after 2 s under half a CPU, since a processor with little to do costs CPU per request; the count at start is the ceiling, also if the CPU limit is raised later. The cost: on one processor a CPU-bound moment (a large xDS update, a burst of TLS handshakes) delays requests until it ends or the second processor is added. /stats server.go_processors shows the count. false: one processor per worker. Default from $MESHLET_ADAPTIVE_PROCS when set.")
-	fs.BoolVar(&o.releaseBinary, "release-binary-pages", envBool("MESHLET_RELEASE_BINARY_PAGES", true),
-		"once configuration changes settle, drop the sidecar's mappings of its own executable's pages: start-up and config loading touch most of the binary, and what is used again is mapped back from the page cache; pages it holds a private copy of (a debugger's breakpoint, a uprobe) are kept. false: keep them mapped. Default from $MESHLET_RELEASE_BINARY_PAGES when set.")
+	fs.BoolVar(&o.adaptiveProcs, "adaptive-procs", envBool("MESHLET_ADAPTIVE_PROCS", false),
+		"run Go on one processor until it is 80 % busy, on one per worker within 100 ms of that, and on one again after 2 s under half a CPU, so that an idle second processor is not woken to look for work; the count at start is the ceiling, also if the CPU limit is raised later. The cost: on one processor a CPU-bound moment (a config reload or xDS update, a burst of new connections or TLS handshakes) delays requests until it ends or the second processor is added. Off by default: measured at 1000 req/s it saved no CPU and raised the p99 latency (docs/performance.md). meshlet_go_processors on /stats/prometheus shows the count. false: one processor per worker. Default from $MESHLET_ADAPTIVE_PROCS when set.")
 	fs.BoolVar(&o.releaseIdle, "release-memory-when-idle", envBool("MESHLET_RELEASE_MEMORY_WHEN_IDLE", true),
-		"when traffic stops (the first second allocating under 32 KiB after a busy spell of 2 MiB allocated since the last release; at most one release per 10 s), return the heap's free memory and the binary's pages, as after configuration changes. false: do not. Default from $MESHLET_RELEASE_MEMORY_WHEN_IDLE when set.")
-	fs.BoolVar(&o.singlePage, "single-page-binary-faults", envBool("MESHLET_SINGLE_PAGE_BINARY_FAULTS", true),
-		"map the sidecar's own executable a page at a time, not the kernel's 64 KiB around each page faulted in, for less RSS under load (its read-only mappings registered with a userfaultfd in asynchronous write-protect mode; the pages stay in the page cache). Needs Linux 6.7+ on x86-64 with userfaultfd allowed; where the kernel, a seccomp RuntimeDefault profile or an LSM refuses it, the sidecar says so at start (info level) and runs as without. false: the kernel's fault-around. Default from $MESHLET_SINGLE_PAGE_BINARY_FAULTS when set.")
+		"when traffic stops (the first second allocating under 32 KiB after a busy spell of 2 MiB allocated since the last release; at most one release per 10 s), return the heap's free memory to the kernel, as after configuration changes. false: do not. Default from $MESHLET_RELEASE_MEMORY_WHEN_IDLE when set.")
 	return o.run
 }
 
@@ -131,16 +128,8 @@ func (o *runOptions) run(out io.Writer) error {
 	if o.pod && o.config != "" {
 		return cmdline.Usagef("-pod and -config are exclusive")
 	}
-	limitConcurrency(o.concurrency)
+	workers := resolveWorkers(o.concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
-	releaseMemory.configure(log, o.releaseBinary)
-	if o.singlePage {
-		if n, err := singlePageImageFaults(); err != nil {
-			log.Info("the kernel maps 64 KiB around each page of the binary the sidecar touches", "err", err)
-		} else {
-			log.Debug("the binary is mapped a page at a time", "bytes", n)
-		}
-	}
 	load := func() (*config.Config, error) {
 		if o.pod {
 			return podConfig(os.Getenv)
@@ -161,7 +150,7 @@ func (o *runOptions) run(out io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: o.xds != "" || o.sds != "",
-		AdaptiveProcs: o.adaptiveProcs}
+		Workers: workers, Collectors: []prometheus.Collector{goProcessors}}
 	gate := &readiness{}
 	var sdsClient *sds.Client
 	if o.xds != "" {
@@ -257,7 +246,11 @@ func (o *runOptions) run(out io.Writer) error {
 		}
 		defer xsrc.close()
 	}
-	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", dataplane.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
+	if o.adaptiveProcs {
+		scaled := procs.Start(ctx, workers, log)
+		defer func() { cancel(); <-scaled }() // GOMAXPROCS back before run returns
+	}
+	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", srv.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 	releaseMemory.kick()
 	idleCtx, stopIdle := context.WithCancel(ctx)
 	defer stopIdle()
@@ -342,17 +335,28 @@ func envCount(getenv func(string) string, name string, def int, want string) (in
 	return n, nil
 }
 
-// limitConcurrency caps the Go runtime's processors, and with them the
-// data plane's workers (dataplane.Workers), at n: a sidecar without a CPU
+// resolveWorkers decides the data plane's worker count once, at start,
+// and caps the Go runtime's processors at it: the usable CPUs (the
+// runtime's default processor count, which follows the CPU affinity mask
+// and the cgroup CPU limit), at most n when n > 0. A sidecar without a CPU
 // limit would otherwise run one worker per CPU of the node, and every idle
-// processor costs CPU time in the scheduler looking for work. The runtime's
-// default already follows a CPU limit and the affinity mask, so n only
-// lowers it; 0 keeps it.
-func limitConcurrency(n int) {
-	if n > 0 && n < runtime.GOMAXPROCS(0) {
+// processor costs CPU time in the scheduler looking for work. n only
+// lowers the count; 0 keeps it.
+func resolveWorkers(n int) int {
+	w := runtime.GOMAXPROCS(0)
+	if n > 0 && n < w {
+		w = n
 		runtime.GOMAXPROCS(n)
 	}
+	return w
 }
+
+// goProcessors is the runtime's processor count, which the processor
+// scaler (-adaptive-procs) changes while the sidecar runs.
+var goProcessors = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	Name: "meshlet_go_processors",
+	Help: "Processors the Go runtime runs the sidecar on (GOMAXPROCS): one while one is enough with -adaptive-procs, else one per worker.",
+}, func() float64 { return float64(runtime.GOMAXPROCS(0)) })
 
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {

@@ -1,4 +1,4 @@
-package dataplane
+package procs
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane"
 )
 
-func TestProcScalerStep(t *testing.T) {
-	p := &procScaler{max: 4}
+func TestScalerStep(t *testing.T) {
+	p := &scaler{max: 4}
 	cur := 4
 	// Busy: stays at 4.
 	for range 50 {
@@ -43,18 +45,32 @@ func TestProcScalerStep(t *testing.T) {
 	}
 }
 
-// The scaler against the real runtime and the process's real CPU time:
-// idle, GOMAXPROCS goes to 1; a CPU-bound goroutine brings it back; at the
-// end the runtime has all its processors again.
-func TestProcScalerRuntime(t *testing.T) {
-	max := runtime.GOMAXPROCS(0)
-	if max < 2 {
-		t.Fatalf("this test needs 2 or more CPUs, GOMAXPROCS is %d", max)
+// The scaler's windows end on the data plane clocks' ticks, so that the
+// process wakes once for both.
+func TestWindowOnClockTicks(t *testing.T) {
+	if procWindow%dataplane.ClockTick != 0 {
+		t.Fatalf("procWindow %v is not a multiple of the data plane's clock tick %v: the scaler would wake on its own", procWindow, dataplane.ClockTick)
 	}
-	t.Cleanup(func() { runtime.GOMAXPROCS(max) })
+	now := time.Now()
+	d := dataplane.UntilClockTick(now, procWindow)
+	if d <= 0 || d > procWindow || dataplane.UntilClockTick(now.Add(d), dataplane.ClockTick) != dataplane.ClockTick {
+		t.Errorf("the window ends %v after now, not on a clock tick", d)
+	}
+}
+
+// The scaler against the real runtime and the process's real CPU time:
+// Start runs one processor before it returns; a CPU-bound goroutine
+// brings them all back; at the end the runtime has its processors again.
+func TestScalerRuntime(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	const max = 2
+	runtime.GOMAXPROCS(max)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { newProcScaler(max, slog.Default()).run(ctx); close(done) }()
+	done := Start(ctx, max, slog.Default())
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Fatalf("after Start: GOMAXPROCS %d, want 1", n)
+	}
 	waitProcs := func(want int, why string) {
 		t.Helper()
 		deadline := time.Now().Add(procWindow*procLowWindows + 5*time.Second)
@@ -65,7 +81,6 @@ func TestProcScalerRuntime(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitProcs(1, "idle")
 	var stop atomic.Bool
 	spun := make(chan struct{})
 	go func() {
@@ -76,9 +91,21 @@ func TestProcScalerRuntime(t *testing.T) {
 	waitProcs(max, "one goroutine spinning")
 	stop.Store(true)
 	<-spun
+	waitProcs(1, "idle again")
 	cancel()
 	<-done
 	if n := runtime.GOMAXPROCS(0); n != max {
 		t.Errorf("after the scaler stopped: GOMAXPROCS %d, want %d", n, max)
+	}
+}
+
+// With fewer than two workers there is nothing to scale.
+func TestStartOneWorker(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	runtime.GOMAXPROCS(1)
+	<-Start(context.Background(), 1, slog.Default())
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("GOMAXPROCS %d, want 1 kept", n)
 	}
 }
