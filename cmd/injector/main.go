@@ -133,9 +133,13 @@ func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 				return err
 			}
 		}
-		return serve(opts, *kubeconfig, *controlPlane, *extraHosts)
+		return startServe(opts, *kubeconfig, *controlPlane, *extraHosts)
 	}
 }
+
+// startServe is serve; TestChartArgs replaces it to see the options the
+// chart's args give, without a cluster.
+var startServe = serve
 
 // proxyResource is one of the injected container's resource quantities
 // and the serve flag that sets it.
