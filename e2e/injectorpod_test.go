@@ -5,75 +5,69 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
-	"github.com/meshlet-dev/meshlet/deploy"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
-// startInjectorPod runs the control plane as deploy/ ships it: deploy/'s
-// manifest applied, the injector Deployment's pod on a node, with in-cluster
-// config (the ServiceAccount token and cluster CA the kubelet mounts); the
-// API server calls its webhook at the Service's ClusterIP, and it
-// patches the webhook configuration's caBundle itself. The pod reaches the
-// API server at the kubernetes Service (the KUBERNETES_SERVICE_HOST the
-// kubelet sets, translated by kube-proxy), and sidecars dial the control
-// plane at the name the injector gives them by default,
-// meshlet-injector.meshlet-system.svc, resolved by cluster DNS. Changes to
-// the Deployment, all for this machine: the image built from this tree
-// (pulled by digest from the suite's registry), one replica, the sidecar
-// image (the same way) and one worker. It returns the pod once Ready with
+// startInjectorPod runs the control plane as users install it: the Helm
+// chart (deploy/helm/meshlet) installed with the real helm
+// (installControlPlane), the injector Deployment's pod on a node, with
+// in-cluster config (the ServiceAccount token and cluster CA the kubelet
+// mounts); the API server calls its webhook at the Service's ClusterIP,
+// and it patches the webhook configuration's caBundle itself. The pod
+// reaches the API server at the kubernetes Service (the
+// KUBERNETES_SERVICE_HOST the kubelet sets, translated by kube-proxy), and
+// sidecars dial the control plane at the name the injector gives them by
+// default, meshlet-injector.meshlet-system.svc, resolved by cluster DNS.
+// Values set for this machine: the images built from this tree (pulled by
+// digest from the suite's registry), one replica and one sidecar worker. It returns the pod once Ready with
 // the caBundle in and its Service routing.
 func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 	t.Helper()
+	return installControlPlane(t, c, 1)[0]
+}
+
+// installControlPlane is `helm install meshlet deploy/helm/meshlet` with
+// the images of this machine and replicas injectors; it waits until that
+// many injector pods are Ready, the caBundle is in and the Service
+// routes, and returns the pods.
+func installControlPlane(t *testing.T, c *Cluster, replicas int) []corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
-	c.Kubectl(t, string(deploy.Manifest), "apply", "-f", "-")
-	// The deployment controller writes the Deployment too: retry on a
-	// conflict with a fresh copy.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		d, err := c.Client.AppsV1().Deployments("meshlet-system").Get(ctx, "meshlet-injector", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		one := int32(1)
-		d.Spec.Replicas = &one
-		ctr := &d.Spec.Template.Spec.Containers[0]
-		ctr.Image, ctr.ImagePullPolicy = c.Images.Injector, corev1.PullIfNotPresent
-		ctr.Args = append(ctr.Args, "-image", c.Images.Sidecar, "-concurrency", "1")
-		_, err = c.Client.AppsV1().Deployments("meshlet-system").Update(ctx, d, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("set up deploy/'s injector Deployment for this machine: %v", err)
-	}
-	// The injector pod Ready (its /ready: CA loaded, webhook serving).
+	c.Helm(t, append([]string{"install", "meshlet", chartPath(t), fmt.Sprintf("--set=injector.replicas=%d", replicas), "--set=mesh.concurrency=1"},
+		imageValues(c.Images.Injector, c.Images.Sidecar)...)...)
+	// The injector pods Ready (their /ready: CA loaded, webhook serving).
+	var pods []corev1.Pod
 	var inj corev1.Pod
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		list, err := c.Client.CoreV1().Pods("meshlet-system").List(ctx, metav1.ListOptions{LabelSelector: "app=meshlet-injector"})
-		ready := false
+		pods = pods[:0]
 		if err == nil {
 			for _, p := range list.Items {
 				if p.Spec.Containers[0].Image != c.Images.Injector || p.DeletionTimestamp != nil {
 					continue
 				}
 				inj = p
-				for _, cond := range p.Status.Conditions {
-					ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+				if podReady(p) {
+					pods = append(pods, p)
 				}
 			}
 		}
-		if ready {
+		if len(pods) >= replicas {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the injector pod is not Ready after 120 s: %s %+v\nlog:\n%s", inj.Name, inj.Status.ContainerStatuses, c.podLog(t, inj, "injector"))
+			t.Fatalf("%d of %d injector pods Ready after 120 s: %s %+v\nlog:\n%s", len(pods), replicas, inj.Name, inj.Status.ContainerStatuses, c.podLog(t, inj, "injector"))
 		}
 	}
+	inj = pods[0]
 	t.Logf("injector pod %s on %s: %s", inj.Name, inj.Spec.NodeName, inj.Status.PodIP)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "meshlet-injector", metaGet)
@@ -91,7 +85,7 @@ func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
 			}
 			c.waitServiceRoutes(t, "meshlet-system", "meshlet-injector", 443, roots, 60*time.Second)
 			c.waitServiceRoutes(t, "meshlet-system", "meshlet-injector", 15012, nil, 60*time.Second)
-			return inj
+			return pods
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the injector pod never patched the caBundle:\n%s", c.podLog(t, inj, "injector"))

@@ -55,6 +55,8 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # Real peers the tests use: Prometheus (and promtool).
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# The kind quickstart script is checked, not run (deploy/kind_test.go).
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "apt-get install ${need_apt[*]}"
 	export DEBIAN_FRONTEND=noninteractive

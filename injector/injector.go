@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,7 +74,16 @@ type Options struct {
 	// took inside the webhook handler (what the latency histogram
 	// observes), for benchmarks that need exact percentiles.
 	ObserveAdmission func(time.Duration)
-	Logger           *slog.Logger
+	// ShutdownDelay: once Run's context ends, the webhook, SDS and xDS go
+	// on serving this long (each webhook answer closing its connection, so
+	// that the client's next request opens a new one) before they stop,
+	// and the webhook then finishes its requests in flight. A pod being
+	// deleted leaves its Service's endpoints while its container gets
+	// SIGTERM: without the delay, connections kube-proxy still sends it
+	// are refused, and with failurePolicy Fail an admission fails during
+	// every rollout. 0 stops at once.
+	ShutdownDelay time.Duration
+	Logger        *slog.Logger
 }
 
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
@@ -204,7 +214,16 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 
 	webhookMux := http.NewServeMux()
+	// draining: the shutdown delay has begun. Each answer then closes its
+	// connection, so the client's next request dials again and reaches
+	// another replica. Not SetKeepAlivesEnabled(false): it also closes the
+	// idle connections at once, racing a client that is just sending on
+	// one (an admission failed with EOF).
+	var draining atomic.Bool
 	webhookMux.Handle("/inject", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		start := time.Now()
 		in.ServeHTTP(w, r)
 		d := time.Since(start)
@@ -223,7 +242,14 @@ func (s *Server) Run(ctx context.Context) (err error) {
 			s.log.Error("webhook server stopped", "err", err)
 		}
 	}()
-	defer webhookSrv.Close()
+	defer func() {
+		// Requests in flight finish (bounded: a stuck one is cut).
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if webhookSrv.Shutdown(sctx) != nil {
+			webhookSrv.Close()
+		}
+	}()
 
 	// SDS and xDS share one TLS gRPC port and authenticate streams alike:
 	// the sidecar's projected ServiceAccount token, checked with a
@@ -280,6 +306,16 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer monSrv.Close()
 	s.addrs = map[string]string{"webhook": wl.Addr().String(), "grpc": gl.Addr().String(), "monitoring": ml.Addr().String()}
 	close(s.ready)
+	// Deferred last, so run first on the way out: everything above still
+	// serves during the delay.
+	defer func() {
+		if ctx.Err() == nil || s.opts.ShutdownDelay <= 0 {
+			return
+		}
+		draining.Store(true)
+		s.log.Info("stopping: serving on while the endpoints update", "delay", s.opts.ShutdownDelay)
+		time.Sleep(s.opts.ShutdownDelay)
+	}()
 
 	rootSync.Run(ctx)
 	return nil

@@ -98,6 +98,11 @@ type Config struct {
 	// a CPU limit lowers it further); 0 means one per usable CPU, which
 	// without a CPU limit is every CPU of the node. Default 2, Istio's.
 	Concurrency int
+	// MTLSMode is the inbound mTLS mode (MESHLET_MTLS_MODE) of a pod that
+	// has no MTLSModeAnnotation: "STRICT" or "PERMISSIVE"; empty leaves it
+	// to the sidecar, whose default is PERMISSIVE. The mesh-wide default an
+	// operator sets (injector serve -mtls-mode, the chart's mesh.mtlsMode).
+	MTLSMode string
 }
 
 // DefaultConfig returns the injector defaults.
@@ -126,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("webhook: config root_ca_configmap: empty")
 	case strings.TrimSpace(c.TrustDomain) == "":
 		return fmt.Errorf("webhook: config trust_domain: empty")
+	case c.MTLSMode != "" && c.MTLSMode != "STRICT" && c.MTLSMode != "PERMISSIVE":
+		return fmt.Errorf("webhook: config mtls_mode: %q (want STRICT or PERMISSIVE)", c.MTLSMode)
 	}
 	return nil
 }

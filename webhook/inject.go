@@ -175,12 +175,16 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		concurrency = strings.TrimSpace(v)
 	}
 	env = append(env, corev1.EnvVar{Name: "MESHLET_CONCURRENCY", Value: concurrency})
+	mtlsMode := cfg.MTLSMode
 	if v, ok := pod.Annotations[MTLSModeAnnotation]; ok {
 		m := strings.ToUpper(strings.TrimSpace(v))
 		if m != "STRICT" && m != "PERMISSIVE" {
 			return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q (want STRICT or PERMISSIVE)", MTLSModeAnnotation, v)
 		}
-		env = append(env, corev1.EnvVar{Name: "MESHLET_MTLS_MODE", Value: m})
+		mtlsMode = m
+	}
+	if mtlsMode != "" {
+		env = append(env, corev1.EnvVar{Name: "MESHLET_MTLS_MODE", Value: mtlsMode})
 	}
 	root := int64(0)
 	c := corev1.Container{

@@ -212,6 +212,44 @@ func TestInjectAnnotationErrors(t *testing.T) {
 	}
 }
 
+// The mesh-wide mTLS mode (Config.MTLSMode, injector serve -mtls-mode)
+// reaches a pod without the annotation; the annotation still wins; without
+// either the sidecar is left to its own default (no MESHLET_MTLS_MODE); a
+// mode other than STRICT or PERMISSIVE is refused, named.
+func TestInjectMeshMTLSMode(t *testing.T) {
+	mode := func(p *corev1.Pod, cfg Config) string {
+		t.Helper()
+		out, err := Inject(p, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range out.Spec.InitContainers[0].Env {
+			if e.Name == "MESHLET_MTLS_MODE" {
+				return e.Value
+			}
+		}
+		return "(unset)"
+	}
+	strict := DefaultConfig()
+	strict.MTLSMode = "STRICT"
+	if got := mode(appPod(), strict); got != "STRICT" {
+		t.Errorf("mesh default STRICT, no annotation: MESHLET_MTLS_MODE %s", got)
+	}
+	p := appPod()
+	p.Annotations = map[string]string{MTLSModeAnnotation: "permissive"}
+	if got := mode(p, strict); got != "PERMISSIVE" {
+		t.Errorf("mesh default STRICT, annotation permissive: MESHLET_MTLS_MODE %s", got)
+	}
+	if got := mode(appPod(), DefaultConfig()); got != "(unset)" {
+		t.Errorf("no mesh default, no annotation: MESHLET_MTLS_MODE %s", got)
+	}
+	bad := DefaultConfig()
+	bad.MTLSMode = "DISABLE"
+	if _, err := Inject(appPod(), bad); err == nil || !strings.Contains(err.Error(), `mtls_mode: "DISABLE"`) {
+		t.Errorf("mesh default DISABLE: err %v, want it refused and named", err)
+	}
+}
+
 // review posts an AdmissionReview to the handler and returns the response.
 func review(t *testing.T, h http.Handler, pod *corev1.Pod) *admissionv1.AdmissionResponse {
 	t.Helper()

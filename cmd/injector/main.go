@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -112,9 +113,70 @@ func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "listen `ADDR` of the injection webhook (HTTPS).")
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "listen `ADDR` of SDS and xDS (gRPC over TLS, one port).")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "listen `ADDR` of the Prometheus metrics (/metrics).")
+	fs.StringVar(&opts.Sidecar.MTLSMode, "mtls-mode", opts.Sidecar.MTLSMode, "the inbound mTLS `MODE` of injected sidecars (their MESHLET_MTLS_MODE): STRICT or PERMISSIVE. A pod's meshlet.io/mtls-mode annotation overrides it. Empty: the sidecar's default, PERMISSIVE.")
+	// The injected container's resources, one flag per quantity as the
+	// pod annotations that override them (meshlet.io/proxy-cpu, ...).
+	res := map[string]*string{}
+	for _, r := range proxyResources {
+		v := ""
+		if q, ok := (*r.list(&opts.Sidecar.Resources))[r.name]; ok {
+			v = q.String()
+		}
+		res[r.flag] = fs.String(r.flag, v, r.usage)
+	}
+	fs.DurationVar(&opts.ShutdownDelay, "shutdown-delay", opts.ShutdownDelay, "on SIGTERM, go on serving the webhook, SDS and xDS for `DURATION` before stopping, each webhook answer closing its connection, so that the Service's endpoints (kube-proxy) stop sending new connections first: a rollout of the Deployment then fails no admission. The pod's terminationGracePeriodSeconds must be longer.")
 	controlPlane := fs.String("control-plane", "", "the SDS and xDS address `HOST:PORT` injected sidecars dial. Empty: the Service, meshlet-injector.NAMESPACE.svc with the -grpc-addr port; an IP where pods have no cluster DNS.")
 	extraHosts := fs.String("extra-hosts", "", "`HOSTS`, comma-separated names and IPs, added to the control plane's serving certificate; the Service's names are always in it.")
-	return func(io.Writer) error { return serve(opts, *kubeconfig, *controlPlane, *extraHosts) }
+	return func(io.Writer) error {
+		for _, r := range proxyResources {
+			if err := setResource(&opts.Sidecar.Resources, r, *res[r.flag]); err != nil {
+				return err
+			}
+		}
+		return startServe(opts, *kubeconfig, *controlPlane, *extraHosts)
+	}
+}
+
+// startServe is serve; TestChartArgs replaces it to see the options the
+// chart's args give, without a cluster.
+var startServe = serve
+
+// proxyResource is one of the injected container's resource quantities
+// and the serve flag that sets it.
+type proxyResource struct {
+	flag  string
+	name  corev1.ResourceName
+	list  func(*corev1.ResourceRequirements) *corev1.ResourceList
+	usage string
+}
+
+var proxyResources = []proxyResource{
+	{"proxy-cpu", corev1.ResourceCPU, func(r *corev1.ResourceRequirements) *corev1.ResourceList { return &r.Requests },
+		"CPU request `QUANTITY` of injected sidecars; a pod's meshlet.io/proxy-cpu annotation overrides it. Empty: none."},
+	{"proxy-memory", corev1.ResourceMemory, func(r *corev1.ResourceRequirements) *corev1.ResourceList { return &r.Requests },
+		"memory request `QUANTITY` of injected sidecars; a pod's meshlet.io/proxy-memory annotation overrides it. Empty: none."},
+	{"proxy-cpu-limit", corev1.ResourceCPU, func(r *corev1.ResourceRequirements) *corev1.ResourceList { return &r.Limits },
+		"CPU limit `QUANTITY` of injected sidecars (which also lowers their worker count); a pod's meshlet.io/proxy-cpu-limit annotation overrides it. Empty: none."},
+	{"proxy-memory-limit", corev1.ResourceMemory, func(r *corev1.ResourceRequirements) *corev1.ResourceList { return &r.Limits },
+		"memory limit `QUANTITY` of injected sidecars; a pod's meshlet.io/proxy-memory-limit annotation overrides it. Empty: none."},
+}
+
+// setResource sets (or, for an empty value, removes) r's quantity in res.
+func setResource(res *corev1.ResourceRequirements, r proxyResource, value string) error {
+	list := r.list(res)
+	if strings.TrimSpace(value) == "" {
+		delete(*list, r.name)
+		return nil
+	}
+	q, err := resource.ParseQuantity(strings.TrimSpace(value))
+	if err != nil {
+		return cmdline.Usagef("-%s %q: %v", r.flag, value, err)
+	}
+	if *list == nil {
+		*list = corev1.ResourceList{}
+	}
+	(*list)[r.name] = q
+	return nil
 }
 
 func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) error {
@@ -128,6 +190,13 @@ func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) e
 		if h = strings.TrimSpace(h); h != "" {
 			opts.Hosts = append(opts.Hosts, h)
 		}
+	}
+	opts.Sidecar.MTLSMode = strings.ToUpper(strings.TrimSpace(opts.Sidecar.MTLSMode))
+	if m := opts.Sidecar.MTLSMode; m != "" && m != "STRICT" && m != "PERMISSIVE" {
+		return cmdline.Usagef("-mtls-mode %q: want STRICT or PERMISSIVE", m)
+	}
+	if opts.ShutdownDelay < 0 {
+		return cmdline.Usagef("-shutdown-delay %v: want 0 or more", opts.ShutdownDelay)
 	}
 	switch opts.Sidecar.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

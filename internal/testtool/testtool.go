@@ -1,6 +1,6 @@
-// Package testtool installs the Go programs tests run as real peers
-// (fortio, h2spec) with `go install` from the module proxy into a cache
-// outside the clone, once per version.
+// Package testtool installs the Go programs tests run as real peers or
+// tools (fortio, h2spec, helm) with `go install` from the module proxy
+// into a cache outside the clone, once per version.
 package testtool
 
 import (
@@ -38,7 +38,9 @@ func GoInstall(t testing.TB, pkg, version string) string {
 	if bi, err := buildinfo.ReadFile(bin); err == nil && bi.Main.Version == version {
 		return bin
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// helm's cold build (about 1,000 packages) took 7 minutes on a busy
+	// 2-core machine: leave room for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "install", pkg+"@"+version)
 	// Outside any module's build list: -mod=mod so a -mod=readonly or
@@ -71,4 +73,24 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// HelmVersion is the helm the tests, the e2e suite and `go generate
+// ./deploy/` render and install the chart with (helm.sh/helm/v4).
+const HelmVersion = "v4.3.2"
+
+// Helm returns the path of helm HelmVersion, built from source with `go
+// install` on first use (7 minutes on a busy 2-core machine) and cached
+// in Dir.
+func Helm(t testing.TB) string {
+	t.Helper()
+	return GoInstall(t, "helm.sh/helm/v4/cmd/helm", HelmVersion)
+}
+
+// HelmEnv is the environment to run helm in: its config, cache and data
+// folders under dir, so that no repository, plugin or registry login of
+// the user's own reaches a test, and a test leaves nothing in $HOME.
+func HelmEnv(dir string) []string {
+	return append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
 }
