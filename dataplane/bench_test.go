@@ -104,12 +104,22 @@ func benchMesh(b *testing.B, mode string, tcp bool) {
 // (net/http's reader). allocs/op counts the whole process: the client's
 // response reader and the upstream's net/http server too, so compare
 // runs, not absolute numbers.
-func BenchmarkProxyH1(b *testing.B) {
+func BenchmarkProxyH1(b *testing.B) { benchProxyH1(b, 0) }
+
+// BenchmarkProxyH1StreamIdle is BenchmarkProxyH1 with the listener's
+// stream idle timeout at its production default (testConfig leaves it
+// off): what its per-request arm and stop add.
+func BenchmarkProxyH1StreamIdle(b *testing.B) { benchProxyH1(b, config.DefaultStreamIdleTimeout) }
+
+// benchProxyH1 runs BenchmarkProxyH1's requests with the listener's stream
+// idle timeout streamIdle.
+func benchProxyH1(b *testing.B, streamIdle time.Duration) {
 	up := upstream(b, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
 	}))
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
+	cfg.Listeners[0].StreamIdleTimeout = streamIdle
 	s, err := New(cfg, Options{Workers: 2, AccessLog: io.Discard})
 	if err != nil {
 		b.Fatal(err)

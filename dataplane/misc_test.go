@@ -24,22 +24,8 @@ import (
 )
 
 func TestWebSocketUpgradePassthrough(t *testing.T) {
-	ws := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "websocket" {
-			http.Error(w, "want upgrade", 400)
-			return
-		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
-		line, _ := brw.ReadString('\n')
-		brw.WriteString("echo:" + line)
-		brw.Flush()
-	}))
+	ws := wsEchoUpstream(t, nil)
+
 	// With a per-try timeout the upgraded stream outlives its attempt's
 	// context.
 	for _, retry := range []retry.Policy{noRetry, {PerTryTimeout: 200 * time.Millisecond}} {

@@ -669,61 +669,6 @@ func TestSmallUploadsReuseUpstreamConnection(t *testing.T) {
 	}
 }
 
-// An upgraded stream (WebSocket) is a stream too: kept while bytes move
-// either way, closed on both sides once none moved for the stream idle
-// timeout, flagged SI.
-func TestStreamIdleTimeoutUpgradedStream(t *testing.T) {
-	ended := make(chan struct{})
-	ws := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
-		for {
-			line, err := brw.ReadString('\n')
-			if err != nil {
-				close(ended) // the proxy closed the upstream side
-				return
-			}
-			brw.WriteString("echo:" + line)
-			brw.Flush()
-		}
-	}))
-	cfg := testConfig(noRetry, testCluster("echo", endpoint(ws, "a")))
-	cfg.Listeners[0].StreamIdleTimeout = 400 * time.Millisecond
-	s, logs := startServer(t, cfg)
-	c := dialProxy(t, s)
-	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: echo\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 101 {
-		t.Fatalf("upgrade response %v %v", resp, err)
-	}
-	// Five messages, a timeout and a half apart in all: each gap is
-	// shorter than the timeout, so the stream stays.
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for i := range 5 {
-		fmt.Fprintf(c, "m%d\n", i)
-		if line, _ := br.ReadString('\n'); line != fmt.Sprintf("echo:m%d\n", i) {
-			t.Fatalf("message %d over the upgraded stream: %q", i, line)
-		}
-		time.Sleep(150 * time.Millisecond) // the client's pace
-	}
-	// Silent from here: both sides close.
-	if err := readClosed(t, c); err == nil {
-		t.Fatal("idle upgraded stream kept")
-	}
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("upstream side of the idle upgraded stream still open")
-	}
-	logs.waitLine(t, `"GET /ws HTTP/1.1" 101 SI `, "stream_idle_timeout")
-}
-
 // BenchmarkHPACKBomb measures what one HPACK bomb costs the proxy: a
 // HEADERS frame of about 16 KB whose fields index one 4 KB table entry
 // thousands of times (about 16 MB decoded). The decoded list's limit

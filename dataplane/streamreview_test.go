@@ -74,9 +74,14 @@ func TestReviewStreamIdleStalledRetryBufferedUploadH2(t *testing.T) {
 
 func hf(k, v string) hpack.HeaderField { return hpack.HeaderField{Name: k, Value: v} }
 
-// wsEchoUpstream upgrades and echoes lines until its client goes.
-func wsEchoUpstream(t *testing.T) string {
+// wsEchoUpstream upgrades a websocket request and echoes lines until its
+// client goes; each stream that ended sends on ended (when not nil).
+func wsEchoUpstream(t *testing.T, ended chan<- struct{}) string {
 	return upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want upgrade", 400)
+			return
+		}
 		c, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
@@ -87,6 +92,9 @@ func wsEchoUpstream(t *testing.T) string {
 		for {
 			line, err := brw.ReadString('\n')
 			if err != nil {
+				if ended != nil {
+					ended <- struct{}{}
+				}
 				return
 			}
 			brw.WriteString("echo:" + line)
@@ -110,7 +118,8 @@ func wsDial(t *testing.T, s *Server) (net.Conn, *bufio.Reader) {
 // lives on; a silent one is closed, and (as the docs say) it is logged and
 // counted as a stream idle timeout (SI, downstream_rq_idle_timeout).
 func TestReviewStreamIdleUpgraded(t *testing.T) {
-	cfg := testConfig(noRetry, testCluster("echo", endpoint(wsEchoUpstream(t), "a")))
+	ended := make(chan struct{}, 2)
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(wsEchoUpstream(t, ended), "a")))
 	cfg.Listeners[0].StreamIdleTimeout = 300 * time.Millisecond
 	cfg.Listeners[0].Routes[0].Timeout = 0
 	s, logs := startServer(t, cfg)
@@ -126,11 +135,17 @@ func TestReviewStreamIdleUpgraded(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.Close()
+	<-ended
 
-	// Silent: closed by the proxy.
+	// Silent: closed by the proxy, on both sides.
 	c2, _ := wsDial(t, s)
 	if err := readClosed(t, c2); err == nil {
 		t.Fatal("silent upgraded stream kept")
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream side of the silent upgraded stream still open")
 	}
 	logs.waitLine(t, `"GET /ws HTTP/1.1" 101 SI `, "stream_idle_timeout")
 	waitStat(t, s, "http.outbound.downstream_rq_idle_timeout", 1)

@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/meshlet-dev/meshlet/lb/internal/vectortest"
@@ -34,7 +33,5 @@ func TestEnvoyVectors(t *testing.T) {
 // cases the public file does not cover: buckets with no healthy host, and
 // every schema field the public vectors leave unused.
 func TestMeshletVectors(t *testing.T) {
-	for _, f := range vectortest.MeshletFiles("testdata") {
-		t.Run(filepath.Base(f), func(t *testing.T) { vectortest.RunFile(t, f, "lb", vectorRunners) })
-	}
+	vectortest.RunMeshletFiles(t, "testdata", "lb", vectorRunners)
 }

@@ -2,7 +2,6 @@ package accesslog
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,9 +27,7 @@ func TestEnvoyVectors(t *testing.T) {
 
 // TestMeshletVectors runs the accesslog vectors of meshlet's own files.
 func TestMeshletVectors(t *testing.T) {
-	for _, f := range vectortest.MeshletFiles("../testdata") {
-		t.Run(filepath.Base(f), func(t *testing.T) { vectortest.RunFile(t, f, "lb/accesslog", vectorRunners) })
-	}
+	vectortest.RunMeshletFiles(t, "../testdata", "lb/accesslog", vectorRunners)
 }
 
 // retryVecDefaultLine matches one line of DefaultFormat.

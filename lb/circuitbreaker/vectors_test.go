@@ -3,7 +3,6 @@ package circuitbreaker
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/meshlet-dev/meshlet/lb/internal/vectortest"
@@ -25,9 +24,7 @@ func TestEnvoyVectors(t *testing.T) {
 
 // TestMeshletVectors runs the circuitbreaker vectors of meshlet's own files.
 func TestMeshletVectors(t *testing.T) {
-	for _, f := range vectortest.MeshletFiles("../testdata") {
-		t.Run(filepath.Base(f), func(t *testing.T) { vectortest.RunFile(t, f, "lb/circuitbreaker", vectorRunners) })
-	}
+	vectortest.RunMeshletFiles(t, "../testdata", "lb/circuitbreaker", vectorRunners)
 }
 
 func runRetryBudgetVector(t *testing.T, v vectortest.Vector) {

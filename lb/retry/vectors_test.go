@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,9 +31,7 @@ func TestEnvoyVectors(t *testing.T) {
 
 // TestMeshletVectors runs the retry vectors of meshlet's own files.
 func TestMeshletVectors(t *testing.T) {
-	for _, f := range vectortest.MeshletFiles("../testdata") {
-		t.Run(filepath.Base(f), func(t *testing.T) { vectortest.RunFile(t, f, "lb/retry", vectorRunners) })
-	}
+	vectortest.RunMeshletFiles(t, "../testdata", "lb/retry", vectorRunners)
 }
 
 // retryVecRand replays the vector's random numbers: one value forever, or a

@@ -86,6 +86,14 @@ func MeshletFiles(testdata string) []string {
 	}
 }
 
+// RunMeshletFiles runs RunFile on each of meshlet's own files under
+// testdata (MeshletFiles), one subtest per file.
+func RunMeshletFiles(t *testing.T, testdata, pkg string, runners Runners) {
+	for _, f := range MeshletFiles(testdata) {
+		t.Run(filepath.Base(f), func(t *testing.T) { RunFile(t, f, pkg, runners) })
+	}
+}
+
 // RunFile runs, one subtest per vector, every vector of the file at path
 // whose category belongs to pkg ("lb", "lb/retry", ...), with the runner
 // registered for it. A runner for a category pkg does not own, or an owned
