@@ -250,6 +250,11 @@ func (o *runOptions) run(out io.Writer) error {
 		scaled := procs.Start(ctx, workers, log)
 		defer func() { cancel(); <-scaled }() // GOMAXPROCS back before run returns
 	}
+	// Signals are caught before the start-up line says the sidecar runs:
+	// a SIGTERM right after it drains rather than kills.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	fmt.Fprintf(out, "sidecar: %d workers; listeners %v; admin %v\n", srv.Workers(), srv.ListenerAddrs(), srv.AdminAddrs())
 	releaseMemory.kick()
 	idleCtx, stopIdle := context.WithCancel(ctx)
@@ -258,9 +263,6 @@ func (o *runOptions) run(out io.Writer) error {
 		go releaseMemory.watchIdle(idleCtx)
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	var tick <-chan time.Time
 	if o.config != "" && o.watch > 0 {
 		t := time.NewTicker(o.watch)
