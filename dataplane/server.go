@@ -193,6 +193,10 @@ type event struct {
 	code    int
 	local   lb.LocalOriginResult
 	hc      healthResult
+	// A request result's worker, and that worker's successes on the host
+	// before it (worker.report).
+	worker   int
+	okBefore uint64
 }
 
 type reloadReq struct {
@@ -642,9 +646,14 @@ func (s *Server) handleEvent(ev event) {
 		if h == nil {
 			return
 		}
-		// The host's successes so far come first (worker.reportCode);
-		// other hosts' wait for their own failures or the tick.
-		s.deliverOutlierSuccesses(c, ev.addr)
+		// The host's successes before this result come first: the
+		// reporting worker's as counted when it reported, the other
+		// workers' so far (worker.reportCode); other hosts' wait for
+		// their own failures or the tick.
+		if ev.okBefore > 0 {
+			c.outlier.PutHTTPSuccesses(h.ID, ev.okBefore)
+		}
+		s.deliverOutlierSuccesses(c, ev.addr, ev.worker)
 		if ev.kind == evHTTPCode {
 			apply(c.outlier.PutHTTPResponseCode(h.ID, ev.code, now))
 		} else {
@@ -652,7 +661,7 @@ func (s *Server) handleEvent(ev event) {
 		}
 	case evOutlierTick:
 		if c.outlier != nil {
-			s.deliverOutlierSuccesses(c, "")
+			s.deliverOutlierSuccesses(c, "", -1)
 			apply(c.outlier.Tick(now))
 		}
 	case evHealthResult:
@@ -668,10 +677,10 @@ func (s *Server) handleEvent(ev event) {
 }
 
 // deliverOutlierSuccesses gives c's outlier detector the upstream
-// successes the workers counted since the last delivery
-// (worker.reportCode), zeroing the counts: those of the host at addr, or
-// of every host when addr is "".
-func (s *Server) deliverOutlierSuccesses(c *cluster, addr string) {
+// successes the workers but except (-1: none) counted since the last
+// delivery (worker.reportCode), zeroing the counts: those of the host at
+// addr, or of every host when addr is "".
+func (s *Server) deliverOutlierSuccesses(c *cluster, addr string, except int) {
 	put := func(addr string, hc *hostCounters) {
 		if n := hc.outlierOK.Swap(0); n > 0 {
 			if h := c.lbc.Host(addr); h != nil {
@@ -680,6 +689,9 @@ func (s *Server) deliverOutlierSuccesses(c *cluster, addr string) {
 		}
 	}
 	for _, w := range s.workers {
+		if w.id == except {
+			continue
+		}
 		w.mu.Lock()
 		if hs := c.local[w.id].hosts; addr == "" {
 			for a, hc := range hs {

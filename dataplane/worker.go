@@ -418,6 +418,16 @@ func (w *worker) report(ev event) {
 	if ev.cluster.cfg.Outlier == nil {
 		return
 	}
+	if ev.kind == evHTTPCode || ev.kind == evLocalOrigin {
+		// This worker's successes on the host so far go with the result,
+		// in order: the main loop may take the event after later ones.
+		ev.worker = w.id
+		w.mu.Lock()
+		if hc := ev.cluster.local[w.id].hosts[ev.addr]; hc != nil {
+			ev.okBefore = hc.outlierOK.Swap(0)
+		}
+		w.mu.Unlock()
+	}
 	select {
 	case w.events <- ev:
 	default:
@@ -492,9 +502,10 @@ func (hc *hostCounters) countConnectFail(err error) {
 
 // reportCode gives an upstream response's code on h to c's outlier
 // detector, if it has one. A failure (5xx) goes to the main loop at once; a
-// success is only counted here, and the main loop takes the worker's count
-// before it applies the host's next failure or local-origin result and
-// before each tick (Server.deliverOutlierSuccesses), which leaves the
+// success is only counted here: the worker's count goes with its next
+// failure or local-origin result on the host (report), the other workers'
+// counts are taken when the main loop applies it, and all of them before
+// each tick (Server.deliverOutlierSuccesses), which leaves the
 // detector where one event per response would (what a success does, reset
 // the consecutive counters and count towards the success rate, commutes
 // with other successes). Envoy's workers likewise update the host's
