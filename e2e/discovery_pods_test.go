@@ -35,16 +35,7 @@ func TestDiscoveryPodsAgainstARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := c.Client
-	for _, z := range []string{"a", "b"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + z, Labels: map[string]string{lb.LabelRegion: "r1", lb.LabelZone: "zone-" + z}}}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitDefaultSA(t, "shop")
+	c.zonedNodesAndShop(t, ctx, "a", "b")
 	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web",
 		Annotations: map[string]string{xds.AnnotationFailoverLabels: lb.LabelRegion + "," + lb.LabelZone}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},

@@ -38,16 +38,7 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := c.Client
-	for _, z := range []string{"a", "b", "c"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + z, Labels: map[string]string{lb.LabelRegion: "r1", lb.LabelZone: "zone-" + z}}}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitDefaultSA(t, "shop")
+	c.zonedNodesAndShop(t, ctx, "a", "b", "c")
 	svc, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
@@ -219,4 +210,21 @@ func endpointsOf(clusters []config.Cluster, name string) map[string]string {
 		}
 	}
 	return out
+}
+
+// zonedNodesAndShop creates Node objects node-<z> in zone-<z> of region r1
+// for each z (no kubelet: the API objects discovery reads) and the
+// namespace "shop", once its default ServiceAccount exists.
+func (c *Cluster) zonedNodesAndShop(t *testing.T, ctx context.Context, zones ...string) {
+	t.Helper()
+	for _, z := range zones {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + z, Labels: map[string]string{lb.LabelRegion: "r1", lb.LabelZone: "zone-" + z}}}
+		if _, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDefaultSA(t, "shop")
 }

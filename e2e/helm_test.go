@@ -17,11 +17,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet-dev/meshlet/internal/testtool"
@@ -132,42 +130,7 @@ func TestRealNodesHelm(t *testing.T) {
 	old := installControlPlane(t, c, 2)
 	t.Logf("helm install: injector pods %s and %s Ready", old[0].Name, old[1].Name)
 
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
-		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitDefaultSA(t, "shop")
-	svc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grace := int64(2)
-	app := func(env ...corev1.EnvVar) corev1.Container {
-		return corev1.Container{Name: "app", Image: c.Images.Echo,
-			Env: append([]corev1.EnvVar{{Name: "LISTEN", Value: ":8080"},
-				{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}, env...),
-			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
-	}
-	replicas := int32(3)
-	labels := map[string]string{"app": "echo"}
-	if _, err := c.Client.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				TerminationGracePeriodSeconds: &grace,
-				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
-					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
-				Containers: []corev1.Container{app()}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createThroughWebhook(t, "pod shop/client", func() error {
-		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
-				Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + svc.Spec.ClusterIP + "/"})}}}, metav1.CreateOptions{})
-		return err
-	})
+	_, app, grace := c.deployShop(t, ctx)
 	var shop []corev1.Pod
 	waitFor(t, "4 meshed pods Ready in shop", 180*time.Second, 500*time.Millisecond, func() (bool, string) {
 		list, err := c.Client.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{})

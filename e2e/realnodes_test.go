@@ -51,43 +51,7 @@ func TestRealNodesMesh(t *testing.T) {
 
 	c.dumpOnFailure(t, "meshlet-system", "shop", "kube-system")
 	inj := startInjectorPod(t, c)
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
-		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitDefaultSA(t, "shop")
-
-	svc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vip := svc.Spec.ClusterIP
-	echoEnv := []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}, {Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
-	app := func(env ...corev1.EnvVar) corev1.Container {
-		return corev1.Container{Name: "app", Image: c.Images.Echo, Env: append(append([]corev1.EnvVar{}, echoEnv...), env...),
-			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
-	}
-	replicas := int32(3)
-	grace := int64(2)
-	labels := map[string]string{"app": "echo"}
-	if _, err := c.Client.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				TerminationGracePeriodSeconds: &grace,
-				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
-					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
-				Containers: []corev1.Container{app()}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createThroughWebhook(t, "pod shop/client", func() error {
-		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
-				Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{})
-		return err
-	})
+	vip, app, grace := c.deployShop(t, ctx)
 
 	// Every pod Running and Ready, each with the native sidecar.
 	var pods []corev1.Pod
@@ -499,4 +463,51 @@ scrape_configs:
 			t.Fatalf("Prometheus never answered %s with a result (targets %v):\n%s", query, targets, tail(p.out.String(), 2000))
 		}
 	}
+}
+
+// deployShop creates the labelled namespace "shop" with the echo Service,
+// a three-replica echo Deployment spread over the zones, and a client pod
+// on node-a that requests the Service's ClusterIP: what the real-node mesh
+// tests run. It returns the ClusterIP, the app container's template (the
+// echo image, with extra env) and the pods' termination grace.
+func (c *Cluster) deployShop(t *testing.T, ctx context.Context) (vip string, app func(env ...corev1.EnvVar) corev1.Container, grace int64) {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop",
+		Labels: map[string]string{webhook.NamespaceLabel: "enabled"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDefaultSA(t, "shop")
+
+	svc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip = svc.Spec.ClusterIP
+	echoEnv := []corev1.EnvVar{{Name: "LISTEN", Value: ":8080"}, {Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	app = func(env ...corev1.EnvVar) corev1.Container {
+		return corev1.Container{Name: "app", Image: c.Images.Echo, Env: append(append([]corev1.EnvVar{}, echoEnv...), env...),
+			Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
+	}
+	replicas := int32(3)
+	grace = int64(2)
+	labels := map[string]string{"app": "echo"}
+	if _, err := c.Client.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: &grace,
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+				Containers: []corev1.Container{app()}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createThroughWebhook(t, "pod shop/client", func() error {
+		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
+				Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{})
+		return err
+	})
+	return vip, app, grace
 }
