@@ -208,9 +208,10 @@ func (w idleWriter) Write(p []byte) (int, error) {
 // bytes only stores the time; one runtime timer per connection checks it
 // when the timeout could have passed and is re-armed for what is left,
 // so the copy loops never touch a timer, and a busy connection costs one
-// timer firing per timeout. (The worker clock would not do: it ticks
-// every clockTick while any alarm is set, and these last an hour.) A nil
-// idleWatch (timeout 0) does nothing.
+// timer firing per timeout. (Not the worker clock: a connection's watch
+// is re-armed for what is left of its timeout, which the clock's
+// tick-resolution alarms would only approximate.) A nil idleWatch
+// (timeout 0) does nothing.
 type idleWatch struct {
 	timeout time.Duration
 	// last is when bytes last moved, as nanoseconds since clockEpoch.
