@@ -418,6 +418,8 @@ func TestCompletedStreamsAreNotPrematureResets(t *testing.T) {
 func TestHPACKDecodedListLimit(t *testing.T) {
 	u := newStallUpstream(t, "127.0.0.11")
 	s, _ := startServer(t, streamConfig(u, 0, 0))
+	var ok, failed atomic.Int64
+	stop := steadyClient(t, s, &ok, &failed)
 	h := dialH2(t, s)
 	var limit uint32
 	h.until(t, func(f http2.Frame) bool {
@@ -466,6 +468,10 @@ func TestHPACKDecodedListLimit(t *testing.T) {
 	}
 	if u.requests.Load() != before {
 		t.Fatal("the bomb's request reached the upstream")
+	}
+	stop()
+	if failed.Load() != 0 || ok.Load() < 2 {
+		t.Fatalf("legitimate client: %d ok, %d failed", ok.Load(), failed.Load())
 	}
 }
 
