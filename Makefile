@@ -26,9 +26,12 @@ vet:
 	$(GO) vet $(TESTFLAGS) ./...
 	$(GO) vet $(TESTFLAGS),e2e ./e2e/
 
-# All tests; fuzz targets run on their seed corpus only.
+# All tests; fuzz targets run on their seed corpus only. On a cold machine
+# a few packages build tools first (hack/images cross-compiles both
+# binaries for two architectures, deploy builds helm): past go test's
+# 10-minute default while the rest of the suite shares the two cores.
 unit:
-	$(GO) test $(TESTFLAGS) -count=1 ./...
+	$(GO) test $(TESTFLAGS) -count=1 -timeout 30m ./...
 
 # The Envoy conformance vectors, with their summary line
 # (MESHLET_LB_VECTORS=path runs another file of the same schema).
