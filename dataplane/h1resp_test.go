@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // responseSeeds are upstream responses the fast reader must take exactly as

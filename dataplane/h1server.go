@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 	"golang.org/x/sys/unix"
 )

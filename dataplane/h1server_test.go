@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // rawExchange writes raw bytes to the proxy's outbound listener and reads

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // The hostile-input tests send exact bytes through the real proxy to a

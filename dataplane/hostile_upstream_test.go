@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // Hostile upstreams: a real TCP server that answers with raw bytes which

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // DefaultMaxDownstreamConnections is the cap on downstream connections

@@ -1,7 +1,7 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 	"net/http"
 	"strings"
 	"sync"

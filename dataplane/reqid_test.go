@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 

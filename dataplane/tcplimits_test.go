@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // waitStat waits until a flat stat has the value want.

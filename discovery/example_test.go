@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 	sidecarexample "github.com/meshlet-dev/meshlet/examples/sidecar"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"

@@ -8,7 +8,7 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // httpProtocolOptionsKey is the typed_extension_protocol_options key of the

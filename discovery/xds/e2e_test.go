@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/meshlet-dev/meshlet/dataplane/config"
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/lb"
 )

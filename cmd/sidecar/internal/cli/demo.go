@@ -15,8 +15,8 @@ import (
 
 	"log/slog"
 
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane"
-	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 // demoFlags defines the flags of `sidecar demo`: the failover story of

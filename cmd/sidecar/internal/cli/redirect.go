@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshlet-dev/meshlet/bpf"
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane"
-	"github.com/meshlet-dev/meshlet/dataplane/config"
 )
 
 // redirect is the sidecar's eBPF traffic capture: loaded and attached to
