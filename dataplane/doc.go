@@ -27,7 +27,7 @@
 //   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
 //     rapid-reset accounting: h2guard.go;
 //   - per-request timeouts: the route timeout and the stream idle timeout
-//     (streamidle.go) on the worker's clock (clock.go);
+//     (streamidle.go) on the worker's clock (internal/clock);
 //   - the router (route match, retries, per-try timeouts, failure
 //     classification): http.go (serveRequest, route, tryOnce); header
 //     handling, forwarding and upgrades: forward.go;

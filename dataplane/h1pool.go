@@ -5,6 +5,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -70,7 +72,7 @@ type h1Conn struct {
 	reused    bool
 	// q is the socket's queue for its next read (raw socket I/O), nil
 	// without: a request head goes out with the read of its response.
-	q readQueuer
+	q rawio.Queuer
 	// quiet: taken from the pool under quietIdle after its last use.
 	quiet bool
 	// rc is the socket for open's peek (nil without one), and peek its
@@ -114,31 +116,21 @@ const maxResponseHeaderBytes = 60 << 10
 var errResponseHeadTooLarge = fmt.Errorf("response head larger than %d bytes", maxResponseHeaderBytes)
 
 // quietIdle is how long an idle connection may have been idle for its
-// next response read to wait without a read attempt first (readQueuer):
+// next response read to wait without a read attempt first (rawio.Queuer):
 // an upstream that half-closed a connection it keeps reading would leave
 // that read waiting, so only connections used moments ago (all of them
 // under load) wait without one.
 const quietIdle = time.Second
 
-// readQueuer is a socket whose writes can be queued for its next read
-// (rawSocket.queueForRead).
-type readQueuer interface {
-	queueForRead(p []byte)
-	waitAfterQueued()
-	flushQueued() error
-	queued() bool
-	drained() bool
-}
-
 // queuedWriter queues a pool connection's writes for its next read,
 // counting them as sent.
 type queuedWriter struct {
-	q  readQueuer
+	q  rawio.Queuer
 	cc *countedConn
 }
 
 func (w queuedWriter) Write(p []byte) (int, error) {
-	w.q.queueForRead(p)
+	w.q.QueueForRead(p)
 	w.cc.st.add(cUpstreamCxTxBytesTotal, uint64(len(p)))
 	return len(p), nil
 }
@@ -150,7 +142,7 @@ func newH1Conn(addr string, conn net.Conn) *h1Conn {
 	pc.br = bufio.NewReaderSize(&pc.src, 4<<10)
 	var out io.Writer = conn
 	if cc, ok := conn.(*countedConn); ok {
-		if q, ok := cc.raw.(readQueuer); ok {
+		if q, ok := cc.raw.(rawio.Queuer); ok {
 			pc.q, out = q, queuedWriter{q: q, cc: cc}
 		}
 	}
@@ -163,7 +155,7 @@ func newH1Conn(addr string, conn net.Conn) *h1Conn {
 		if rc, err := sc.SyscallConn(); err == nil {
 			pc.rc = rc
 			pc.peek = func(fd uintptr) bool {
-				pc.peekN, pc.peekErr = peekSocket(fd, pc.peekBuf[:])
+				pc.peekN, pc.peekErr = rawio.Peek(fd, pc.peekBuf[:])
 				return true // never wait
 			}
 		}
@@ -359,7 +351,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte) (resp *ht
 		return fail(err, true)
 	}
 	if pc.q != nil && pc.reused && pc.quiet {
-		pc.q.waitAfterQueued() // the head goes out with the response's read
+		pc.q.WaitAfterQueued() // the head goes out with the response's read
 	}
 	keep := true // the framing allows reuse
 	for first := true; ; first = false {

@@ -521,7 +521,7 @@ const (
 // close; net/http's server waits instead).
 func (c *h1ServerConn) lingerClose() {
 	if c.q != nil {
-		_ = c.q.flushQueued()
+		_ = c.q.FlushQueued()
 	}
 	if c.sc.CloseWrite() != nil {
 		return

@@ -6,6 +6,10 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -106,7 +110,7 @@ type h1ServerConn struct {
 	// out is what bw writes to; q the socket's write queue for its next
 	// read (raw socket I/O), nil without (see h1Out).
 	out h1Out
-	q   readQueuer
+	q   rawio.Queuer
 	// waitMu guards waiting, waitGen, kicked and pipelined. waiting: the
 	// response is queued for the next read, which waits without trying
 	// first (waitForRequest); its check (check, on the worker's clock,
@@ -129,7 +133,7 @@ type h1ServerConn struct {
 // last flush (finish) queues its bytes on the socket instead of sending
 // them (queue): the next request's read sends them from its poller
 // callback and may then wait without a read that would find nothing
-// (rawSocket.queueForRead), which saves a system call per request. Any
+// (rawio.Socket.QueueForRead), which saves a system call per request. Any
 // other write sends what is queued first, so the order on the wire is the
 // order written.
 type h1Out struct {
@@ -141,10 +145,10 @@ func (o *h1Out) Write(p []byte) (int, error) {
 	q := o.c.q
 	if q != nil {
 		if o.queue {
-			q.queueForRead(p)
+			q.QueueForRead(p)
 			return len(p), nil
 		}
-		if err := q.flushQueued(); err != nil {
+		if err := q.FlushQueued(); err != nil {
 			return 0, err
 		}
 	}
@@ -155,16 +159,16 @@ func (o *h1Out) Write(p []byte) (int, error) {
 // without trying a read before it is checked (idleCheck): bytes that came
 // in before the wait began (a pipelined request, the client's end of
 // stream) raised no edge the wait could see.
-const idleCheckDelay = clockTick
+const idleCheckDelay = clock.Tick
 
 // idleCheck is a connection's check of its waits, run on the worker's
 // clock; the alarm's generation tells the waits apart.
 type idleCheck struct {
-	alarm alarm
+	alarm clock.Alarm
 	c     *h1ServerConn
 }
 
-func (ic *idleCheck) alarmFired(gen uint64) { ic.c.checkWait(gen) }
+func (ic *idleCheck) AlarmFired(gen uint64) { ic.c.checkWait(gen) }
 
 // waitForRequest arms the next request's read to wait without trying a
 // read first, after it has sent the queued response: only where the
@@ -175,19 +179,19 @@ func (ic *idleCheck) alarmFired(gen uint64) { ic.c.checkWait(gen) }
 // check (the connection's), or nil.
 func (c *h1ServerConn) waitForRequest() *idleCheck {
 	q := c.q
-	if q == nil || !q.queued() {
+	if q == nil || !q.Queued() {
 		return nil
 	}
 	if c.pipelined || c.br.Buffered() > 0 || len(c.src.pending) > 0 || (c.src.first != nil && c.src.first.Buffered() > 0) ||
-		!q.drained() || c.w.s.draining.Load() {
-		_ = q.flushQueued()
+		!q.Drained() || c.w.s.draining.Load() {
+		_ = q.FlushQueued()
 		return nil
 	}
-	q.waitAfterQueued()
+	q.WaitAfterQueued()
 	ic := &c.check
 	c.waitMu.Lock()
 	c.waiting = true
-	c.waitGen = c.w.clock.set(&ic.alarm, idleCheckDelay)
+	c.waitGen = c.w.clock.Set(&ic.alarm, idleCheckDelay)
 	c.waitMu.Unlock()
 	return ic
 }
@@ -197,7 +201,7 @@ func (c *h1ServerConn) waitForRequest() *idleCheck {
 // deadline, or got what the check saw: the read deadline is the idle one
 // again either way).
 func (c *h1ServerConn) endWait(ic *idleCheck) (kicked bool) {
-	ic.alarm.stop()
+	ic.alarm.Stop()
 	c.waitMu.Lock()
 	c.waiting = false
 	kicked, c.kicked = c.kicked, false
@@ -304,7 +308,7 @@ func (s *h1Source) Read(p []byte) (int, error) {
 func (w *worker) serveH1(sc *sniffedConn) {
 	c := &h1ServerConn{w: w, sc: sc, src: &h1Source{first: sc.r, limit: -1}}
 	c.check.c = c
-	c.check.alarm.target = &c.check
+	c.check.alarm.Target = &c.check
 	ls := w.s.state.Load().listeners[sc.info.listener]
 	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(ls)}
 	c.headersTimeout = config.DefaultRequestHeadersTimeout
@@ -314,10 +318,10 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	c.store.hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
 	// queued (h1Out).
-	if q, ok := sc.w.(readQueuer); ok {
+	if q, ok := sc.w.(rawio.Queuer); ok {
 		c.q, c.src.conn = q, sc.w.(io.Reader)
 	} else {
-		c.src.conn = socketIO(sc.TCPConn)
+		c.src.conn = rawio.IO(sc.TCPConn)
 	}
 	c.out.c = c
 	c.br = bufio.NewReaderSize(c.src, 4096)
@@ -330,7 +334,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		delete(w.h1conns, c)
 		w.h1mu.Unlock()
 		if c.q != nil {
-			_ = c.q.flushQueued() // the last response, if no read sent it
+			_ = c.q.FlushQueued() // the last response, if no read sent it
 		}
 		sc.Close()
 	}()
@@ -770,14 +774,14 @@ type bodyError struct{ err error }
 
 // dcWatch notices a client that goes away during a slow request: armed
 // (once the request is read whole), it starts after dcWatchDelay (on the
-// worker's clock: up to a clockTick later) a goroutine that reads the
+// worker's clock: up to a clock.Tick later) a goroutine that reads the
 // connection; end of stream or an error cancels the request (the handler
 // then flags DC); a byte (the next pipelined request) is kept for the
 // reader.
 type dcWatch struct {
 	c     *h1ServerConn
 	rw    *h1Writer
-	alarm alarm // its target is the watch
+	alarm clock.Alarm // its target is the watch
 	// mu guards what follows: the watch of the request in flight.
 	mu   sync.Mutex
 	on   bool   // armed
@@ -801,10 +805,10 @@ func (d *dcWatch) arm() {
 		return
 	}
 	d.on = true
-	d.gen = d.c.w.clock.set(&d.alarm, dcWatchDelay)
+	d.gen = d.c.w.clock.Set(&d.alarm, dcWatchDelay)
 }
 
-func (d *dcWatch) alarmFired(gen uint64) { d.start(gen) }
+func (d *dcWatch) AlarmFired(gen uint64) { d.start(gen) }
 
 // start starts the watch armed with the alarm's generation gen.
 func (d *dcWatch) start(gen uint64) {
@@ -847,7 +851,7 @@ func (d *dcWatch) stop() {
 	d.mu.Lock()
 	d.off = true
 	if d.on {
-		d.alarm.stop()
+		d.alarm.Stop()
 	}
 	done := d.done
 	d.mu.Unlock()
@@ -880,7 +884,7 @@ type h1Writer struct {
 	// one).
 	routeOn      bool
 	routeGen     uint64
-	routeTimeout alarm
+	routeTimeout clock.Alarm
 	watch        dcWatch
 	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
 	abort upstreamAbort
@@ -938,10 +942,10 @@ type h1Exchange struct {
 // newH1Writer is c's writer, ready for begin.
 func newH1Writer(c *h1ServerConn) *h1Writer {
 	rw := &h1Writer{c: c}
-	rw.routeTimeout.target = rw
+	rw.routeTimeout.Target = rw
 	rw.idle.s, rw.idle.w, rw.idle.h1 = &rw.scratch, c.w, rw
 	rw.watch.c, rw.watch.rw = c, rw
-	rw.watch.alarm.target = &rw.watch
+	rw.watch.alarm.Target = &rw.watch
 	return rw
 }
 
@@ -975,17 +979,17 @@ func (rw *h1Writer) ended() {
 
 // armRouteTimeout ends the request with errRouteTimeout once d has passed
 // (unless stopRouteTimeout comes first): on the worker's clock, with the
-// alarm in the writer, or on a runtime timer under preciseBelow.
+// alarm in the writer, or on a runtime timer under clock.PreciseBelow.
 func (rw *h1Writer) armRouteTimeout(d time.Duration) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	rw.routeOn = true
-	if d < preciseBelow {
+	if d < clock.PreciseBelow {
 		seq := rw.seq
 		rw.routeTimer = time.AfterFunc(d, func() { rw.routeFired(func() bool { return rw.seq == seq }) })
 		return
 	}
-	rw.routeGen = rw.c.w.clock.set(&rw.routeTimeout, d)
+	rw.routeGen = rw.c.w.clock.Set(&rw.routeTimeout, d)
 }
 
 // stopRouteTimeout keeps the route timeout from firing if it has not yet.
@@ -996,11 +1000,11 @@ func (rw *h1Writer) stopRouteTimeout() {
 	if rw.routeTimer != nil {
 		rw.routeTimer.Stop()
 	}
-	rw.routeTimeout.stop()
+	rw.routeTimeout.Stop()
 }
 
-// alarmFired is the route timeout's alarm: generation gen.
-func (rw *h1Writer) alarmFired(gen uint64) {
+// AlarmFired is the route timeout's alarm: generation gen.
+func (rw *h1Writer) AlarmFired(gen uint64) {
 	rw.routeFired(func() bool { return rw.routeGen == gen })
 }
 
@@ -1274,7 +1278,7 @@ func (rw *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	rw.c.setReadDeadline(time.Time{})
 	_ = rw.c.bw.Flush()
 	if q := rw.c.q; q != nil {
-		_ = q.flushQueued() // the connection's writes bypass bw from now on
+		_ = q.FlushQueued() // the connection's writes bypass bw from now on
 	}
 	conn := &hijackedConn{TCPConn: rw.c.sc.TCPConn, r: rw.c.br}
 	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, 16), rw.c.bw), nil

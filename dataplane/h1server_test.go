@@ -390,7 +390,7 @@ func TestH1ConnectionReusesRequestState(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "ok %s %d", r.URL.Path, len(body))
 	}))
-	const timeout = time.Second // on the worker clock (>= preciseBelow)
+	const timeout = time.Second // on the worker clock (>= clock.PreciseBelow)
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
 	cfg.Listeners[0].Routes[0].Timeout = timeout
 	s, logs := startServer(t, cfg)

@@ -5,6 +5,10 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -160,7 +164,7 @@ func (w *worker) serveH2(rw http.ResponseWriter, req *http.Request) {
 	ctx, cancel := context.WithCancelCause(hs.streamCtx)
 	hs.cancel = cancel
 	hs.idle.s, hs.idle.w, hs.idle.h2, hs.idle.cancel = &hs.httpScratch, w, &hs.stream, cancel
-	hs.route.hs, hs.route.alarm.target = hs, &hs.route
+	hs.route.hs, hs.route.alarm.Target = hs, &hs.route
 	defer hs.end()
 	w.serveRequest(rw, req.WithContext(ctx), &hs.httpScratch, nil, hs)
 }
@@ -326,35 +330,35 @@ func (hs *h2Scratch) end() {
 // and the stream is reset if its response is still being written after
 // the grace (a client that reads nothing), as Envoy resets it.
 type h2RouteTimeout struct {
-	alarm alarm
-	timer *time.Timer // a timeout under preciseBelow
+	alarm clock.Alarm
+	timer *time.Timer // a timeout under clock.PreciseBelow
 	hs    *h2Scratch
 }
 
 func (r *h2RouteTimeout) arm(w *worker, d time.Duration) {
-	if d < preciseBelow {
-		r.timer = time.AfterFunc(d, func() { r.alarmFired(0) })
+	if d < clock.PreciseBelow {
+		r.timer = time.AfterFunc(d, func() { r.AlarmFired(0) })
 		return
 	}
-	w.clock.set(&r.alarm, d)
+	w.clock.Set(&r.alarm, d)
 }
 
 func (r *h2RouteTimeout) stop() {
-	r.alarm.stop()
+	r.alarm.Stop()
 	if r.timer != nil {
 		r.timer.Stop()
 	}
 }
 
-// alarmFired ends the request (a late firing after the handler is
+// AlarmFired ends the request (a late firing after the handler is
 // harmless: the context is already over, the stream out of reach).
-func (r *h2RouteTimeout) alarmFired(uint64) {
+func (r *h2RouteTimeout) AlarmFired(uint64) {
 	r.hs.cancel(errRouteTimeout)
 	r.hs.stream.timedOut(true) // a body still being read ends as well
 }
 
 // errRouteTimeout ends a request's context when its route timeout passes.
-var errRouteTimeout error = &timeoutError{"route timeout"}
+var errRouteTimeout error = clock.Timeout("route timeout")
 
 // midBodyFailure records why a response broke off after its headers: the
 // client went away (DC), the route timeout fired (UT), or else the
@@ -606,7 +610,7 @@ func (ex *exchange) noRetry(d retry.Decision) {
 var (
 	errNoHealthyUpstream       = errors.New("no healthy upstream")
 	errNotReplayable           = errors.New("request body too large to retry")
-	errPerTryTimeout     error = &timeoutError{"per try timeout"}
+	errPerTryTimeout     error = clock.Timeout("per try timeout")
 )
 
 func (w *worker) retryAllowed(c *cluster) bool {
@@ -622,7 +626,7 @@ func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry tim
 	var cancel context.CancelFunc
 	if perTry > 0 {
 		var ctx context.Context
-		ctx, cancel = w.clock.withTimeout(req.Context(), perTry, errPerTryTimeout)
+		ctx, cancel = w.clock.WithTimeout(req.Context(), perTry, errPerTryTimeout)
 		out = req.Clone(ctx)
 	} else if len(ex.tried) > 1 {
 		out = req.Clone(req.Context())
@@ -889,7 +893,7 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 	st.gauge(gUpstreamCxActive, 1)
 	cc := &countedConn{Conn: conn, raw: conn, c: c, st: st}
 	if tc, ok := conn.(*net.TCPConn); ok {
-		cc.raw = socketIO(tc)
+		cc.raw = rawio.IO(tc)
 	}
 	return cc, nil
 }
@@ -897,7 +901,7 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 // countedConn keeps the connection gauges and byte counters.
 type countedConn struct {
 	net.Conn
-	raw  io.ReadWriter // the socket's raw reads and writes (rawSocket), or Conn
+	raw  io.ReadWriter // the socket's raw reads and writes (rawio.Socket), or Conn
 	c    *cluster
 	st   *clusterStats
 	once sync.Once

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"context"
 	"fmt"
 	"io"
@@ -169,9 +171,9 @@ func TestHTTPRetryLimitExceeded(t *testing.T) {
 }
 
 // TestHTTPRouteTimeout runs a route timeout on a runtime timer (under
-// preciseBelow) and on the worker clock's alarm in the HTTP/1 writer.
+// clock.PreciseBelow) and on the worker clock's alarm in the HTTP/1 writer.
 func TestHTTPRouteTimeout(t *testing.T) {
-	for _, timeout := range []time.Duration{200 * time.Millisecond, preciseBelow + 100*time.Millisecond} {
+	for _, timeout := range []time.Duration{200 * time.Millisecond, clock.PreciseBelow + 100*time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
 			slow := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select {
@@ -319,7 +321,7 @@ func TestHTTPConnectionCircuitBreakers(t *testing.T) {
 	}
 }
 
-// A per-try timeout, on a runtime timer (under preciseBelow) and on the
+// A per-try timeout, on a runtime timer (under clock.PreciseBelow) and on the
 // worker clock, through the pool (GET) and the fallback transport (a
 // POST with a body): 504, UT, upstream_per_try_timeout.
 func TestHTTPPerTryTimeout(t *testing.T) {
@@ -336,8 +338,8 @@ func TestHTTPPerTryTimeout(t *testing.T) {
 		timeout bool
 	}{
 		{http.MethodGet, 200 * time.Millisecond, false},
-		{http.MethodGet, preciseBelow + 100*time.Millisecond, true},
-		{http.MethodPost, preciseBelow + 100*time.Millisecond, true},
+		{http.MethodGet, clock.PreciseBelow + 100*time.Millisecond, true},
+		{http.MethodPost, clock.PreciseBelow + 100*time.Millisecond, true},
 	} {
 		t.Run(fmt.Sprintf("%s/%v", tc.method, tc.perTry), func(t *testing.T) {
 			cfg := testConfig(retry.Policy{PerTryTimeout: tc.perTry}, testCluster("echo", endpoint(slow, "a")))

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -70,7 +72,7 @@ func policyOf(pa config.PeerAuthorization) mtls.Policy {
 // to the app; anything else is plaintext, refused on a STRICT port and
 // handled as without mTLS on a PERMISSIVE one.
 func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info connInfo) {
-	br := bufio.NewReaderSize(socketIO(c), inboundBuffer)
+	br := bufio.NewReaderSize(rawio.IO(c), inboundBuffer)
 	pol := ls.policies.For(int(info.dst.Port()))
 	_ = c.SetReadDeadline(time.Now().Add(ls.cfg.DetectionTimeout))
 	var mesh bool
@@ -93,7 +95,7 @@ func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info
 		w.dispatch(c, br, st, ls, info)
 		return
 	}
-	tc := tls.Server(&sniffedConn{TCPConn: c, r: br, w: socketIO(c), info: info}, ls.tlsConfig)
+	tc := tls.Server(&sniffedConn{TCPConn: c, r: br, w: rawio.IO(c), info: info}, ls.tlsConfig)
 	ctx, cancel := context.WithTimeout(w.s.ctx, handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()

@@ -5,6 +5,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
@@ -809,4 +811,17 @@ func (st *state) listenersByName() []*listenerState {
 	}
 	slices.SortFunc(out, func(a, b *listenerState) int { return strings.Compare(a.cfg.Name, b.cfg.Name) })
 	return out
+}
+
+// ClockTick is the resolution of the workers' clocks, which run route
+// timeouts and other alarms of the request path.
+const ClockTick = clock.Tick
+
+// UntilClockTick is how long after now the next instant comes that is a
+// multiple of every from the instant the workers' clocks count their
+// ticks from: more than 0, at most every. A periodic task of the process
+// whose period is a multiple of ClockTick wakes then, with the clocks,
+// instead of on its own.
+func UntilClockTick(now time.Time, every time.Duration) time.Duration {
+	return clock.Until(now, every)
 }

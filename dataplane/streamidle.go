@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"context"
 	"io"
 	"net/http"
@@ -11,7 +13,7 @@ import (
 
 // errStreamIdleTimeout ends a request's context when no byte of it moved
 // for the listener's stream_idle_timeout.
-var errStreamIdleTimeout error = &timeoutError{"stream idle timeout"}
+var errStreamIdleTimeout error = clock.Timeout("stream idle timeout")
 
 // timeoutGrace is how long a request whose timeout fired (route or stream
 // idle) may still write downstream: its local reply, or the end of what it
@@ -31,7 +33,7 @@ const idleChecks = 4
 // counters on the worker's clock rather than rearming a timer on every
 // read and write.
 type streamIdle struct {
-	alarm alarm // target: the streamIdle
+	alarm clock.Alarm // target: the streamIdle
 	mu    sync.Mutex
 	on    bool   // guarded by mu
 	gen   uint64 // the armed alarm's generation; guarded by mu
@@ -54,16 +56,16 @@ func (si *streamIdle) progress() uint64 {
 
 // arm starts watching the request (timeout > 0).
 func (si *streamIdle) arm(timeout time.Duration) {
-	if si.alarm.target == nil {
+	if si.alarm.Target == nil {
 		// Once: a clock's tick may still read it for the writer's last
 		// request.
-		si.alarm.target = si
+		si.alarm.Target = si
 	}
 	si.mu.Lock()
 	si.every = timeout / idleChecks
 	si.quiet, si.last = 0, si.progress()
 	si.on = true
-	si.gen = si.w.clock.set(&si.alarm, si.every)
+	si.gen = si.w.clock.Set(&si.alarm, si.every)
 	si.mu.Unlock()
 }
 
@@ -72,11 +74,11 @@ func (si *streamIdle) stop() {
 	si.mu.Lock()
 	si.on = false
 	si.mu.Unlock()
-	si.alarm.stop()
+	si.alarm.Stop()
 }
 
-// alarmFired is one check, on the clock's goroutine.
-func (si *streamIdle) alarmFired(gen uint64) {
+// AlarmFired is one check, on the clock's goroutine.
+func (si *streamIdle) AlarmFired(gen uint64) {
 	si.mu.Lock()
 	defer si.mu.Unlock()
 	if !si.on || gen != si.gen {
@@ -94,7 +96,7 @@ func (si *streamIdle) alarmFired(gen uint64) {
 		}
 		return
 	}
-	si.gen = si.w.clock.set(&si.alarm, si.every)
+	si.gen = si.w.clock.Set(&si.alarm, si.every)
 }
 
 // h2Stream ends an HTTP/2 request's stream from outside its handler, once

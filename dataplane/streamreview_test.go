@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"bufio"
 	"fmt"
 	"io"
@@ -241,24 +243,22 @@ func TestReviewExpectContinueOnRetryingRoute(t *testing.T) {
 // An HTTP/2 stream or upgraded connection that lives long (a gRPC watch,
 // a WebSocket) keeps its stream idle alarm listed on the worker's clock,
 // due up to 75 s (a quarter of 5m) ahead; the clock then ticks every
-// clockTick (40 wake-ups a second) for as long as the stream lives,
+// clock.Tick (40 wake-ups a second) for as long as the stream lives,
 // where before c846c66 a stream on a route without a timeout (the inbound
 // default) left an idle sidecar's clock stopped. Ticks that find nothing
-// due are the cost clock.go was written to avoid.
+// due are the cost the worker clock (internal/clock) was written to avoid.
 func TestReviewClockIdlesWithFarAlarm(t *testing.T) {
 	w := &worker{}
 	si := &streamIdle{w: w, s: &httpScratch{}}
 	si.arm(5 * time.Minute)
 	defer si.stop()
-	time.Sleep(clockLinger + 100*time.Millisecond) // past the linger
+	time.Sleep(clock.Linger + 100*time.Millisecond) // past the linger
 	seen := map[time.Time]bool{}
 	end := time.Now().Add(time.Second)
 	for time.Now().Before(end) {
-		w.clock.mu.Lock()
-		if w.clock.running {
-			seen[w.clock.next] = true
+		if next, running := w.clock.NextWake(); running {
+			seen[next] = true
 		}
-		w.clock.mu.Unlock()
 		time.Sleep(5 * time.Millisecond)
 	}
 	if len(seen) > 2 {

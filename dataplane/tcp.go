@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"bufio"
 	"context"
 	"crypto/tls"
@@ -214,7 +216,7 @@ func (w idleWriter) Write(p []byte) (int, error) {
 // (timeout 0) does nothing.
 type idleWatch struct {
 	timeout time.Duration
-	// last is when bytes last moved, as nanoseconds since clockEpoch.
+	// last is when bytes last moved, as clock.Elapsed().
 	last  atomic.Int64
 	timer *time.Timer
 	conns [2]io.Closer
@@ -243,14 +245,14 @@ func newIdleWatch(timeout time.Duration, a, b io.Closer) *idleWatch {
 // touch records that bytes moved now.
 func (iw *idleWatch) touch() {
 	if iw != nil {
-		iw.last.Store(int64(time.Since(clockEpoch)))
+		iw.last.Store(int64(clock.Elapsed()))
 	}
 }
 
 // check runs when the timeout may have passed: it closes the connection,
 // or waits for the rest of the timeout counted from the last bytes.
 func (iw *idleWatch) check() {
-	quiet := time.Since(clockEpoch) - time.Duration(iw.last.Load())
+	quiet := clock.Elapsed() - time.Duration(iw.last.Load())
 	if quiet < iw.timeout {
 		if iw.state.Load() == idleWatching {
 			iw.timer.Reset(iw.timeout - quiet)

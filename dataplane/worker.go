@@ -1,6 +1,10 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -52,7 +56,7 @@ type worker struct {
 	date    atomic.Pointer[cachedDate]
 	// clock holds the request deadlines (route timeout, client-gone
 	// watch) without a runtime timer each.
-	clock   clock
+	clock   clock.Clock
 	httpSrv *http.Server
 	h2      *http2.Server
 }
@@ -164,13 +168,13 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 		return
 	}
 	if br == nil {
-		br = bufio.NewReaderSize(socketIO(c), 4096)
+		br = bufio.NewReaderSize(rawio.IO(c), 4096)
 	}
 	kind, timedOut := detect(c, br, ls.cfg.DetectionTimeout)
 	if timedOut {
 		ls.stats.preCxTimeout.Add(1)
 	}
-	sc := &sniffedConn{TCPConn: c, r: br, w: socketIO(c), info: info}
+	sc := &sniffedConn{TCPConn: c, r: br, w: rawio.IO(c), info: info}
 	switch {
 	case kind == kindHTTP2:
 		info.h2 = &h2Conn{conn: sc}
@@ -343,7 +347,7 @@ func sniffRequestLine(b []byte) sniffResult {
 type sniffedConn struct {
 	*net.TCPConn
 	r    *bufio.Reader
-	w    io.Writer // the socket's raw writes (socketIO)
+	w    io.Writer // the socket's raw writes (rawio.IO)
 	info connInfo
 }
 

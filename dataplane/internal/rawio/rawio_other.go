@@ -1,6 +1,6 @@
 //go:build !linux || 386
 
-package dataplane
+package rawio
 
 import (
 	"io"
@@ -10,13 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// socketIO is c itself where raw socket I/O (rawio.go) is not built.
-func socketIO(c *net.TCPConn) io.ReadWriter { return c }
+// IO is c itself where raw socket I/O (rawio.go) is not built.
+func IO(c *net.TCPConn) io.ReadWriter { return c }
 
-// peekSocket peeks at what socket fd holds without blocking
+// Peek peeks at what socket fd holds without blocking
 // (MSG_PEEK | MSG_DONTWAIT) into b: n bytes, 0 at its end, or errno
 // (EAGAIN: nothing there).
-func peekSocket(fd uintptr, b []byte) (n int, errno syscall.Errno) {
+func Peek(fd uintptr, b []byte) (n int, errno syscall.Errno) {
 	n, _, err := unix.Recvfrom(int(fd), b, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	if err != nil {
 		e, _ := err.(syscall.Errno)

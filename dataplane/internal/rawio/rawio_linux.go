@@ -1,6 +1,6 @@
 //go:build linux && !386
 
-package dataplane
+package rawio
 
 import (
 	"io"
@@ -10,7 +10,7 @@ import (
 	"unsafe"
 )
 
-// rawSocket reads and writes a TCP socket with raw system calls, going
+// Socket reads and writes a TCP socket with raw system calls, going
 // through Go's network poller only to wait for readiness (and for the
 // socket's deadlines and closing, which RawConn honours).
 //
@@ -27,10 +27,10 @@ import (
 // One Read and one Write may run at a time (bufio readers and writers of
 // one connection do so).
 //
-// Queued writes (queueForRead) go out at the start of the next Read, in
+// Queued writes (QueueForRead) go out at the start of the next Read, in
 // its poller callback, and that Read may then wait for readiness without
-// first trying a read that would find nothing: see queueForRead.
-type rawSocket struct {
+// first trying a read that would find nothing: see QueueForRead.
+type Socket struct {
 	rc syscall.RawConn
 
 	// pre is what the next Read sends before reading; preWait lets it
@@ -39,7 +39,7 @@ type rawSocket struct {
 	preSent int
 	preWait bool
 	// reads counts read system calls, empty those that found nothing
-	// (EAGAIN): what queueForRead saves shows there (tests).
+	// (EAGAIN): what QueueForRead saves shows there (tests).
 	reads, empty int
 	// short: the last read returned less than asked, so the socket had
 	// nothing more then (epoll(7): a short read of a stream socket
@@ -56,20 +56,20 @@ type rawSocket struct {
 	writeFn func(fd uintptr) bool
 }
 
-// socketIO is c's raw socket, or c where it has none.
-func socketIO(c *net.TCPConn) io.ReadWriter {
-	if s := newRawSocket(c); s != nil {
+// IO is c's raw socket, or c where it has none.
+func IO(c *net.TCPConn) io.ReadWriter {
+	if s := newSocket(c); s != nil {
 		return s
 	}
 	return c
 }
 
-func newRawSocket(c *net.TCPConn) *rawSocket {
+func newSocket(c *net.TCPConn) *Socket {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	s := &rawSocket{rc: rc}
+	s := &Socket{rc: rc}
 	s.readFn = func(fd uintptr) bool {
 		if s.preSent < len(s.pre) {
 			if !s.sendQueued(fd) {
@@ -124,7 +124,7 @@ func newRawSocket(c *net.TCPConn) *rawSocket {
 	return s
 }
 
-// queueForRead queues p (copied) to be sent by the next Read, in its
+// QueueForRead queues p (copied) to be sent by the next Read, in its
 // poller callback.
 //
 // Why: Go's poller is edge-triggered, and a Read first resets the
@@ -134,21 +134,21 @@ func newRawSocket(c *net.TCPConn) *rawSocket {
 // always: one wasted system call per exchange. Sent inside the Read's
 // callback, after the reset, the request's answer is sure to be announced
 // by an edge the Read waits for (data that arrives after the reset is
-// one), so the Read can wait without trying first (waitAfterQueued).
-func (s *rawSocket) queueForRead(p []byte) {
+// one), so the Read can wait without trying first (WaitAfterQueued).
+func (s *Socket) QueueForRead(p []byte) {
 	if s.preSent == len(s.pre) {
 		s.pre, s.preSent, s.preWait = s.pre[:0], 0, false
 	}
 	s.pre = append(s.pre, p...)
 }
 
-// waitAfterQueued lets the next Read, once the queue is out, wait for the
+// WaitAfterQueued lets the next Read, once the queue is out, wait for the
 // socket to become readable without a read attempt first. It is for a
 // caller that knows nothing arrived before the queue was sent that the
 // reset could forget: an idle upstream connection of an HTTP/1.1 pool has
 // nothing to say, and an upstream that closed it meanwhile answers the
 // request with a reset, itself an edge.
-func (s *rawSocket) waitAfterQueued() {
+func (s *Socket) WaitAfterQueued() {
 	if s.preSent < len(s.pre) {
 		s.preWait = true
 	}
@@ -156,7 +156,7 @@ func (s *rawSocket) waitAfterQueued() {
 
 // sendQueued sends pre from the poller callback; it reports whether all
 // of it went out (false: an error, in rerr, or a full socket).
-func (s *rawSocket) sendQueued(fd uintptr) bool {
+func (s *Socket) sendQueued(fd uintptr) bool {
 	for s.preSent < len(s.pre) {
 		b := s.pre[s.preSent:]
 		n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
@@ -177,7 +177,8 @@ func (s *rawSocket) sendQueued(fd uintptr) bool {
 	return true
 }
 
-func (s *rawSocket) Read(p []byte) (int, error) {
+// Read reads into p, sending what is queued first.
+func (s *Socket) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -186,7 +187,7 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	if err == nil && s.rerr == nil && s.rn == 0 && s.preSent < len(s.pre) {
 		// The socket was full: the rest waits for room, then the read
 		// as ever.
-		if werr := s.flushQueued(); werr != nil {
+		if werr := s.FlushQueued(); werr != nil {
 			s.rp = nil
 			return 0, werr
 		}
@@ -195,15 +196,15 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	s.rp = nil
 	if err != nil {
 		// A deadline or a close before the callback ran: what is queued
-		// is still there for flushQueued.
+		// is still there for FlushQueued.
 		s.preWait = false
 		return 0, &net.OpError{Op: "read", Net: "tcp", Err: err}
 	}
 	return s.rn, s.rerr
 }
 
-// flushQueued sends what is queued and not sent yet, now.
-func (s *rawSocket) flushQueued() error {
+// FlushQueued sends what is queued and not sent yet, now.
+func (s *Socket) FlushQueued() error {
 	if s.preSent == len(s.pre) {
 		return nil
 	}
@@ -213,14 +214,15 @@ func (s *rawSocket) flushQueued() error {
 	return err
 }
 
-// queued reports whether writes wait for the next Read.
-func (s *rawSocket) queued() bool { return s.preSent < len(s.pre) }
+// Queued reports whether writes wait for the next Read.
+func (s *Socket) Queued() bool { return s.preSent < len(s.pre) }
 
-// drained reports whether the last read was short: the socket had nothing
+// Drained reports whether the last read was short: the socket had nothing
 // more to read then.
-func (s *rawSocket) drained() bool { return s.short }
+func (s *Socket) Drained() bool { return s.short }
 
-func (s *rawSocket) Write(p []byte) (int, error) {
+// Write writes p with send(2), waiting for room while the socket is full.
+func (s *Socket) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -234,11 +236,11 @@ func (s *rawSocket) Write(p []byte) (int, error) {
 	return n, werr
 }
 
-// peekSocket peeks at what socket fd holds without blocking
+// Peek peeks at what socket fd holds without blocking
 // (MSG_PEEK | MSG_DONTWAIT) into b: n bytes, 0 at its end, or errno
 // (EAGAIN: nothing there). A raw recvfrom with no address: x/sys/unix's
 // Recvfrom allocates its address buffers on every call.
-func peekSocket(fd uintptr, b []byte) (n int, errno syscall.Errno) {
+func Peek(fd uintptr, b []byte) (n int, errno syscall.Errno) {
 	for {
 		r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
 			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)

@@ -1,4 +1,7 @@
-package dataplane
+// Package clock is a data-plane worker's coarse timer: alarms for the
+// deadlines every request would otherwise give the Go runtime (route
+// timeouts, idle checks, the client-gone watch), fired on shared ticks.
+package clock
 
 import (
 	"context"
@@ -7,30 +10,30 @@ import (
 	"time"
 )
 
-// clock is a worker's coarse timer for the deadlines every request would
+// Clock is a worker's coarse timer for the deadlines every request would
 // otherwise give the Go runtime: the route timeout and the start of the
 // client-gone watch. A runtime timer that becomes the earliest one wakes
 // the thread sleeping in the network poller (or starts another), which at
 // a steady low rate was a large part of the sidecar's CPU per request;
-// the clock arms one runtime timer per clockTick instead, and only while
-// alarms are set or were set within the last clockLinger; with only far
+// the clock arms one runtime timer per Tick instead, and only while
+// alarms are set or were set within the last Linger; with only far
 // alarms left after that, it sleeps until the earliest one's tick.
 //
 // An alarm fires between its deadline and one tick later (ticks fall on
-// the same instants for every clock: clockEpoch). Its function
+// the same instants for every clock: epoch). Its function
 // runs on the clock's goroutine (it must not block); stop does not wait
 // for one that is running.
-type clock struct {
+type Clock struct {
 	mu      sync.Mutex
-	due     []*alarm
+	due     []*Alarm
 	timer   *time.Timer
 	running bool
 	next    time.Time // when the timer is due (while running)
 	last    time.Time // when the last alarm was set
 }
 
-// alarm is one deadline on a clock. It runs fn, or else target's
-// alarmFired (an alarm embedded in a per-request object that is its own
+// Alarm is one deadline on a clock. It runs Fn, or else Target's
+// AlarmFired (an alarm embedded in a per-request object that is its own
 // target costs no allocation).
 //
 // An alarm may be set again once it was stopped or has fired, even while
@@ -40,70 +43,63 @@ type clock struct {
 // an earlier use. The generation goes to alarmFired, for a target that
 // must tell its uses apart (one whose function may already be running
 // when it is stopped and set again).
-type alarm struct {
+type Alarm struct {
 	when   time.Time // guarded by the clock's mu
 	listed bool      // in the clock's due list; guarded by its mu
-	fn     func()
-	target alarmTarget
+	Fn     func()    // what it runs, if set
+	Target Target    // else what it calls
 	// state is the generation (state >> 1) and whether it is on (bit 0).
 	state atomic.Uint64
 }
 
-// alarmTarget is what an alarm without a fn calls, with the generation
-// that fired (clock.set returned it).
-type alarmTarget interface{ alarmFired(gen uint64) }
+// Target is what an alarm without a Fn calls, with the generation that
+// fired (Set returned it).
+type Target interface{ AlarmFired(gen uint64) }
 
 const (
-	// clockTick is the clock's resolution. Each tick is a wake-up (a
+	// Tick is the clock's resolution. Each tick is a wake-up (a
 	// finer tick costs CPU per request: bench/RESULTS.md); the
 	// client-gone watch starts up to a tick late, which only delays
 	// noticing a client that left (its end of stream is still there).
-	clockTick = 25 * time.Millisecond
-	// clockLinger keeps the clock ticking after the last alarm was set,
+	Tick = 25 * time.Millisecond
+	// Linger keeps the clock ticking after the last alarm was set,
 	// so that a steady request stream does not arm a runtime timer per
 	// request.
-	clockLinger = time.Second
-	// preciseBelow: shorter timeouts get a runtime timer of their own
+	Linger = time.Second
+	// PreciseBelow: shorter timeouts get a runtime timer of their own
 	// (the clock's resolution would be more than 5 % of them).
-	preciseBelow = 500 * time.Millisecond
+	PreciseBelow = 500 * time.Millisecond
 )
 
-// clockEpoch is where the ticks of every clock of the process (one per
-// worker) and of the process's other periodic tasks (UntilClockTick)
-// start: they all fall on the same instants, multiples of clockTick from it, so that the runtime wakes
+// epoch is where the ticks of every clock of the process (one per
+// worker) and of the process's other periodic tasks (Until)
+// start: they all fall on the same instants, multiples of Tick from it, so that the runtime wakes
 // once for all of them instead of once for each (two workers' clocks
 // started at different moments made 80 wake-ups a second instead of 40).
-var clockEpoch = time.Now()
+var epoch = time.Now()
 
-// untilTick is how long after now the next instant that is a multiple of
-// every from clockEpoch comes: more than 0, at most every.
-func untilTick(now time.Time, every time.Duration) time.Duration {
-	return every - now.Sub(clockEpoch)%every
+// Until is how long after now the next instant comes that is a multiple
+// of every from the instant every clock of the process counts its ticks
+// from: more than 0, at most every. A periodic task whose period is a
+// multiple of Tick wakes then, with the clocks, instead of on its own.
+func Until(now time.Time, every time.Duration) time.Duration {
+	return every - now.Sub(epoch)%every
 }
 
-// ClockTick is the resolution of the workers' clocks, which run route
-// timeouts and other alarms of the request path.
-const ClockTick = clockTick
+// Elapsed is the time since the process's clocks started counting: a
+// cheap monotonic instant that fits an atomic int64.
+func Elapsed() time.Duration { return time.Since(epoch) }
 
-// UntilClockTick is how long after now the next instant comes that is a
-// multiple of every from the instant the workers' clocks count their
-// ticks from: more than 0, at most every. A periodic task of the process
-// whose period is a multiple of ClockTick wakes then, with the clocks,
-// instead of on its own.
-func UntilClockTick(now time.Time, every time.Duration) time.Duration {
-	return untilTick(now, every)
-}
-
-// after sets fn to run once d has passed.
-func (c *clock) after(d time.Duration, fn func()) *alarm {
-	a := &alarm{fn: fn}
-	c.set(a, d)
+// After sets fn to run once d has passed.
+func (c *Clock) After(d time.Duration, fn func()) *Alarm {
+	a := &Alarm{Fn: fn}
+	c.Set(a, d)
 	return a
 }
 
-// set arms a (its fn or target set, stopped or fired if set before) to
+// Set arms a (its Fn or Target set, stopped or fired if set before) to
 // fire once d has passed; it returns the generation it started.
-func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
+func (c *Clock) Set(a *Alarm, d time.Duration) (gen uint64) {
 	now := time.Now()
 	c.mu.Lock()
 	gen = a.state.Load()>>1 + 1
@@ -117,16 +113,16 @@ func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
 	switch {
 	case !c.running:
 		c.running = true
-		wait := untilTick(now, clockTick)
+		wait := Until(now, Tick)
 		c.next = now.Add(wait)
 		if c.timer == nil {
 			c.timer = time.AfterFunc(wait, c.tick)
 		} else {
 			c.timer.Reset(wait)
 		}
-	case c.next.Sub(now) > clockTick && a.when.Before(c.next):
+	case c.next.Sub(now) > Tick && a.when.Before(c.next):
 		// The clock sleeps until a far alarm (tick): this one is sooner.
-		wait := untilTick(now, clockTick)
+		wait := Until(now, Tick)
 		c.next = now.Add(wait)
 		c.timer.Reset(wait)
 	}
@@ -134,17 +130,17 @@ func (c *clock) set(a *alarm, d time.Duration) (gen uint64) {
 	return gen
 }
 
-// stop keeps the alarm's generation from firing if it has not yet (it
+// Stop keeps the alarm's generation from firing if it has not yet (it
 // does not wait for a function already running).
-func (a *alarm) stop() { a.state.And(^uint64(1)) }
+func (a *Alarm) Stop() { a.state.And(^uint64(1)) }
 
 // dueAlarm is an alarm the tick found due, with the state it had then.
 type dueAlarm struct {
-	a     *alarm
+	a     *Alarm
 	state uint64
 }
 
-func (c *clock) tick() {
+func (c *Clock) tick() {
 	now := time.Now()
 	var fire []dueAlarm
 	c.mu.Lock()
@@ -164,9 +160,9 @@ func (c *clock) tick() {
 	clear(c.due[len(keep):])
 	c.due = keep
 	switch {
-	case len(keep) == 0 && now.Sub(c.last) >= clockLinger:
+	case len(keep) == 0 && now.Sub(c.last) >= Linger:
 		c.running = false
-	case now.Sub(c.last) >= clockLinger:
+	case now.Sub(c.last) >= Linger:
 		// Only far alarms (a long stream's idle check): sleep until the
 		// tick of the earliest rather than wake every tick for it.
 		earliest := keep[0].when
@@ -175,14 +171,14 @@ func (c *clock) tick() {
 				earliest = a.when
 			}
 		}
-		wait := untilTick(now, clockTick)
+		wait := Until(now, Tick)
 		if d := earliest.Sub(now); d > wait {
-			wait = d + untilTick(earliest, clockTick)
+			wait = d + Until(earliest, Tick)
 		}
 		c.next = now.Add(wait)
 		c.timer.Reset(wait)
 	default:
-		wait := untilTick(now, clockTick)
+		wait := Until(now, Tick)
 		c.next = now.Add(wait)
 		c.timer.Reset(wait)
 	}
@@ -190,32 +186,44 @@ func (c *clock) tick() {
 	for _, f := range fire {
 		// Only the generation found due, if nothing stopped it since.
 		if f.a.state.CompareAndSwap(f.state, f.state&^1) {
-			if f.a.fn != nil {
-				f.a.fn()
+			if f.a.Fn != nil {
+				f.a.Fn()
 			} else {
-				f.a.target.alarmFired(f.state >> 1)
+				f.a.Target.AlarmFired(f.state >> 1)
 			}
 		}
 	}
 }
 
-// withTimeout is context.WithTimeoutCause on the clock: ctx ends with
+// WithTimeout is context.WithTimeoutCause on the clock: ctx ends with
 // cause once d has passed (within a tick), or when cancel is called.
-// Timeouts under preciseBelow get a runtime timer.
-func (c *clock) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
-	if d < preciseBelow {
+// Timeouts under PreciseBelow get a runtime timer.
+func (c *Clock) WithTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	if d < PreciseBelow {
 		return context.WithTimeoutCause(ctx, d, cause)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	a := c.after(d, func() { cancel(cause) })
+	a := c.After(d, func() { cancel(cause) })
 	return ctx, func() {
-		a.stop()
+		a.Stop()
 		cancel(context.Canceled)
 	}
 }
 
-// timeoutError is a deadline that passed: it is a context.DeadlineExceeded
-// and a net.Error timeout, as the deadline of a runtime timer would be.
+// NextWake is when the clock's runtime timer is due and whether it is
+// running (for tests and diagnostics).
+func (c *Clock) NextWake() (next time.Time, running bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next, c.running
+}
+
+// Timeout is a deadline error named what: it is a
+// context.DeadlineExceeded and a net.Error timeout, as the deadline of a
+// runtime timer would be.
+func Timeout(what string) error { return &timeoutError{what} }
+
+// timeoutError is Timeout's error.
 type timeoutError struct{ what string }
 
 func (e *timeoutError) Error() string   { return e.what }

@@ -1,26 +1,27 @@
-package dataplane
+package clock
 
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestClockAlarms(t *testing.T) {
-	var c clock
+	var c Clock
 	start := time.Now()
 	fired := make(chan time.Duration, 1)
-	c.after(20*time.Millisecond, func() { fired <- time.Since(start) })
+	c.After(20*time.Millisecond, func() { fired <- time.Since(start) })
 	var stopped atomic.Bool
-	a := c.after(20*time.Millisecond, func() { stopped.Store(true) })
-	a.stop()
+	a := c.After(20*time.Millisecond, func() { stopped.Store(true) })
+	a.Stop()
 	// A marker due with them, listed after them: a tick runs the due
 	// alarms in list order, so once the marker ran the stopped alarm's
 	// turn has passed.
 	marker := make(chan struct{})
-	c.after(20*time.Millisecond, func() { close(marker) })
+	c.After(20*time.Millisecond, func() { close(marker) })
 	select {
 	case d := <-fired:
 		if d < 20*time.Millisecond {
@@ -37,8 +38,8 @@ func TestClockAlarms(t *testing.T) {
 	if stopped.Load() {
 		t.Error("a stopped alarm fired")
 	}
-	// With nothing due, the clock stops ticking after clockLinger.
-	deadline := time.Now().Add(clockLinger + 2*time.Second)
+	// With nothing due, the clock stops ticking after Linger.
+	deadline := time.Now().Add(Linger + 2*time.Second)
 	for {
 		c.mu.Lock()
 		running := c.running
@@ -47,12 +48,12 @@ func TestClockAlarms(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the clock still ticks with no alarm set for longer than clockLinger")
+			t.Fatal("the clock still ticks with no alarm set for longer than Linger")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	// And starts again for a new alarm.
-	c.after(time.Millisecond, func() { fired <- 0 })
+	c.After(time.Millisecond, func() { fired <- 0 })
 	select {
 	case <-fired:
 	case <-time.After(2 * time.Second):
@@ -61,11 +62,11 @@ func TestClockAlarms(t *testing.T) {
 }
 
 func TestClockWithTimeout(t *testing.T) {
-	var c clock
+	var c Clock
 	cause := &timeoutError{"test timeout"}
-	for _, d := range []time.Duration{10 * time.Millisecond, preciseBelow + 50*time.Millisecond} { // runtime timer, clock
+	for _, d := range []time.Duration{10 * time.Millisecond, PreciseBelow + 50*time.Millisecond} { // runtime timer, clock
 		start := time.Now() // before: a preemption between the two must not shorten d
-		ctx, cancel := c.withTimeout(context.Background(), d, cause)
+		ctx, cancel := c.WithTimeout(context.Background(), d, cause)
 		select {
 		case <-ctx.Done():
 		case <-time.After(3 * time.Second):
@@ -77,13 +78,13 @@ func TestClockWithTimeout(t *testing.T) {
 		if got := context.Cause(ctx); got != cause {
 			t.Errorf("%v: cause %v", d, got)
 		}
-		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || !isDeadline(context.Cause(ctx)) {
+		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || !isNetTimeout(context.Cause(ctx)) {
 			t.Errorf("%v: the cause is not a deadline error", d)
 		}
 		cancel()
 	}
 	// Cancelled before the deadline: the cause is not the timeout.
-	ctx, cancel := c.withTimeout(context.Background(), time.Second, cause)
+	ctx, cancel := c.WithTimeout(context.Background(), time.Second, cause)
 	cancel()
 	if got := context.Cause(ctx); got == cause || ctx.Err() == nil {
 		t.Errorf("cancelled early: err %v, cause %v", ctx.Err(), got)
@@ -91,23 +92,23 @@ func TestClockWithTimeout(t *testing.T) {
 }
 
 func TestClockTicksAligned(t *testing.T) {
-	for _, off := range []time.Duration{0, time.Nanosecond, 7 * time.Millisecond, clockTick - time.Nanosecond} {
-		now := clockEpoch.Add(41*clockTick + off)
-		want := clockTick - off
-		if got := untilTick(now, clockTick); got != want {
-			t.Errorf("untilTick(epoch+41 ticks+%v) = %v, want %v", off, got, want)
+	for _, off := range []time.Duration{0, time.Nanosecond, 7 * time.Millisecond, Tick - time.Nanosecond} {
+		now := epoch.Add(41*Tick + off)
+		want := Tick - off
+		if got := Until(now, Tick); got != want {
+			t.Errorf("Until(epoch+41 ticks+%v) = %v, want %v", off, got, want)
 		}
-		const window = 4 * clockTick // a periodic task's (UntilClockTick)
-		if got := UntilClockTick(now, window); (now.Add(got).Sub(clockEpoch))%window != 0 || got <= 0 || got > window {
-			t.Errorf("UntilClockTick(epoch+41 ticks+%v, %v) = %v: not the next window's end", off, window, got)
+		const window = 4 * Tick // a periodic task's (Until)
+		if got := Until(now, window); (now.Add(got).Sub(epoch))%window != 0 || got <= 0 || got > window {
+			t.Errorf("Until(epoch+41 ticks+%v, %v) = %v: not the next window's end", off, window, got)
 		}
 	}
 	// Two workers' clocks started at different moments tick at the same
 	// instants.
-	var a, b clock
-	a.after(time.Hour, func() {})
-	time.Sleep(clockTick / 3)
-	b.after(time.Hour, func() {})
+	var a, b Clock
+	a.After(time.Hour, func() {})
+	time.Sleep(Tick / 3)
+	b.After(time.Hour, func() {})
 	a.mu.Lock()
 	na := a.next
 	a.mu.Unlock()
@@ -115,11 +116,11 @@ func TestClockTicksAligned(t *testing.T) {
 	nb := b.next
 	b.mu.Unlock()
 	for name, n := range map[string]time.Time{"first": na, "second": nb} {
-		if ph := n.Sub(clockEpoch) % clockTick; ph != 0 {
+		if ph := n.Sub(epoch) % Tick; ph != 0 {
 			t.Errorf("the %s clock's next tick is %v past a tick instant", name, ph)
 		}
 	}
-	if d := nb.Sub(na); d%clockTick != 0 {
+	if d := nb.Sub(na); d%Tick != 0 {
 		t.Errorf("the clocks' next ticks are %v apart", d)
 	}
 }
@@ -127,20 +128,20 @@ func TestClockTicksAligned(t *testing.T) {
 // genTarget records the generations an alarm fires with.
 type genTarget chan uint64
 
-func (g genTarget) alarmFired(gen uint64) { g <- gen }
+func (g genTarget) AlarmFired(gen uint64) { g <- gen }
 
 // An alarm stopped and set again (a reused writer's) is listed once and
 // fires once, with the generation of its last set, at that set's time.
 func TestClockAlarmSetAgain(t *testing.T) {
-	var c clock
+	var c Clock
 	fired := make(genTarget, 4)
-	a := &alarm{target: fired}
-	g1 := c.set(a, time.Hour)
-	a.stop()
-	g2 := c.set(a, time.Hour)
-	a.stop()
+	a := &Alarm{Target: fired}
+	g1 := c.Set(a, time.Hour)
+	a.Stop()
+	g2 := c.Set(a, time.Hour)
+	a.Stop()
 	start := time.Now()
-	g3 := c.set(a, 20*time.Millisecond)
+	g3 := c.Set(a, 20*time.Millisecond)
 	if g1 == g2 || g2 == g3 || g1 == g3 {
 		t.Fatalf("generations %d, %d, %d: not one per set", g1, g2, g3)
 	}
@@ -164,7 +165,7 @@ func TestClockAlarmSetAgain(t *testing.T) {
 	// A marker set now fires at a later tick, after anything the clock
 	// still held for a: once it ran, a had its chance to fire again.
 	marker := make(chan struct{})
-	c.after(time.Millisecond, func() { close(marker) })
+	c.After(time.Millisecond, func() { close(marker) })
 	select {
 	case <-marker:
 	case <-time.After(2 * time.Second):
@@ -174,7 +175,7 @@ func TestClockAlarmSetAgain(t *testing.T) {
 		t.Errorf("the alarm fired %d more times", len(fired))
 	}
 	// Set again after it fired: it fires again.
-	g4 := c.set(a, time.Millisecond)
+	g4 := c.Set(a, time.Millisecond)
 	select {
 	case g := <-fired:
 		if g != g4 {
@@ -183,4 +184,11 @@ func TestClockAlarmSetAgain(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the alarm set after firing did not fire")
 	}
+}
+
+// isNetTimeout: the error is a net.Error timeout, as the router's
+// failure classification reads a deadline.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

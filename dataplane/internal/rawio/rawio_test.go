@@ -1,12 +1,13 @@
 //go:build linux && !386
 
-package dataplane
+package rawio
 
 import (
 	"bytes"
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"syscall"
 	"testing"
@@ -71,7 +72,7 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 
 func TestRawSocket(t *testing.T) {
 	a, b := tcpPair(t)
-	ra, rb := newRawSocket(a), newRawSocket(b)
+	ra, rb := newSocket(a), newSocket(b)
 	if ra == nil || rb == nil {
 		t.Fatal("no raw socket")
 	}
@@ -98,7 +99,7 @@ func TestRawSocket(t *testing.T) {
 	}
 	// A read deadline ends a waiting read with a timeout.
 	_ = b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	if _, err := rb.Read(make([]byte, 1)); !isDeadline(err) {
+	if _, err := rb.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v, want a timeout", err)
 	}
 	_ = b.SetReadDeadline(time.Time{})
@@ -130,13 +131,13 @@ func TestRawSocket(t *testing.T) {
 }
 
 // TestRawSocketQueuedWrites: writes queued for the next read go out at its
-// start; with waitAfterQueued that read waits for the answer without a read
+// start; with WaitAfterQueued that read waits for the answer without a read
 // that finds nothing first (none of the exchanges makes an empty read); a
 // queue larger than the socket's buffers goes out in parts; a peer that
 // closed fails the read with the write's error; a deadline drops the queue.
 func TestRawSocketQueuedWrites(t *testing.T) {
 	a, b := tcpPair(t)
-	ra := newRawSocket(a)
+	ra := newSocket(a)
 	// The peer answers every 4-byte request with one write of 64 bytes,
 	// a few microseconds after it arrived: the case the wait is for.
 	answer := bytes.Repeat([]byte("r"), 64)
@@ -154,8 +155,8 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 	const exchanges = 200
 	buf := make([]byte, 4096)
 	for i := range exchanges {
-		ra.queueForRead([]byte("ping"))
-		ra.waitAfterQueued()
+		ra.QueueForRead([]byte("ping"))
+		ra.WaitAfterQueued()
 		got := 0
 		for got < len(answer) {
 			n, err := ra.Read(buf)
@@ -177,9 +178,9 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 		t.Errorf("%d reads for %d exchanges", ra.reads, exchanges)
 	}
 
-	// Without waitAfterQueued the read tries first (and may find nothing),
+	// Without WaitAfterQueued the read tries first (and may find nothing),
 	// and still gets the answer.
-	ra.queueForRead([]byte("ping"))
+	ra.QueueForRead([]byte("ping"))
 	if _, err := io.ReadFull(ra, buf[:len(answer)]); err != nil {
 		t.Fatalf("queued without wait: %v", err)
 	}
@@ -188,7 +189,7 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 	// before answering; the read sends what fits, waits for room, sends
 	// the rest, then reads the answer.
 	c, d := tcpPair(t)
-	rc := newRawSocket(c)
+	rc := newSocket(c)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
 	go func() {
 		got := make([]byte, len(big))
@@ -198,8 +199,8 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 		}
 		_, _ = d.Write([]byte("done"))
 	}()
-	rc.queueForRead(big)
-	rc.waitAfterQueued()
+	rc.QueueForRead(big)
+	rc.WaitAfterQueued()
 	if _, err := io.ReadFull(rc, buf[:4]); err != nil || string(buf[:4]) != "done" {
 		t.Fatalf("8 MiB queued: %q %v, want the peer's done", buf[:4], err)
 	}
@@ -207,13 +208,13 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 	// A peer that has closed: the queued write fails, and the read
 	// reports it (EPIPE or ECONNRESET), or the end of stream.
 	e, f := tcpPair(t)
-	re := newRawSocket(e)
+	re := newSocket(e)
 	f.Close()
 	waitPeerClosed(t, e)
 	var err error
 	for range 10 {
-		re.queueForRead([]byte("ping"))
-		re.waitAfterQueued()
+		re.QueueForRead([]byte("ping"))
+		re.WaitAfterQueued()
 		if _, err = re.Read(buf); err != nil {
 			break
 		}
@@ -223,22 +224,22 @@ func TestRawSocketQueuedWrites(t *testing.T) {
 	}
 
 	// A deadline in the past fails the read before anything is sent; the
-	// queue stays for flushQueued, and a read after it sends nothing
+	// queue stays for FlushQueued, and a read after it sends nothing
 	// twice.
 	g, h := tcpPair(t)
-	rg := newRawSocket(g)
-	_ = g.SetReadDeadline(aLongTimeAgo)
-	rg.queueForRead([]byte("kept"))
-	rg.waitAfterQueued()
-	if _, err := rg.Read(buf); !isDeadline(err) {
+	rg := newSocket(g)
+	_ = g.SetReadDeadline(time.Unix(1, 0))
+	rg.QueueForRead([]byte("kept"))
+	rg.WaitAfterQueued()
+	if _, err := rg.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v, want a timeout", err)
 	}
-	if !rg.queued() {
+	if !rg.Queued() {
 		t.Fatal("the queue was dropped with the failed read")
 	}
 	_ = g.SetReadDeadline(time.Time{})
-	if err := rg.flushQueued(); err != nil || rg.queued() {
-		t.Fatalf("flushQueued: %v, queued %v", err, rg.queued())
+	if err := rg.FlushQueued(); err != nil || rg.Queued() {
+		t.Fatalf("FlushQueued: %v, queued %v", err, rg.Queued())
 	}
 	go func() { _, _ = h.Write([]byte("x")) }()
 	if _, err := rg.Read(buf); err != nil {
