@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -170,7 +171,7 @@ func benchProxyH1(b *testing.B, streamIdle time.Duration) {
 // GET head with a connection's storage (the fast path).
 func BenchmarkH1ReadRequest(b *testing.B) {
 	in := []byte("GET /path?q=1 HTTP/1.1\r\nHost: svc.ns.svc.cluster.local:8080\r\nUser-Agent: fortio.org/fortio-1.68.2\r\nAccept: */*\r\n\r\n")
-	st := &reqStore{hdr: new(headScratch)}
+	st := &h1.ReqStore{Hdr: new(h1.HeadScratch)}
 	r := bytes.NewReader(in)
 	br := bufio.NewReaderSize(r, 4096)
 	b.ReportAllocs()
@@ -178,7 +179,7 @@ func BenchmarkH1ReadRequest(b *testing.B) {
 		r.Reset(in)
 		br.Reset(r)
 		_, _ = br.Peek(1)
-		if _, ok := readRequestFast(br, st); !ok {
+		if _, ok := h1.ReadRequestFast(br, st); !ok {
 			b.Fatal("declined")
 		}
 	}

@@ -20,10 +20,10 @@
 //   - inbound mutual TLS (handshake, peer authorization) and the mesh's
 //     upstream TLS: mtls.go;
 //   - opaque TCP (one upstream per connection, idle timeout): tcp.go, with
-//     splice_linux.go (pipes) and rawio.go (raw socket I/O);
+//     splice_linux.go (pipes) and internal/rawio (raw socket I/O);
 //   - the HTTP/1 server (connection loop, request reading, response
 //     writer, client-gone watch): h1server.go; the request-head checks
-//     (Envoy's HTTP/1 codec refusals): h1request.go;
+//     (Envoy's HTTP/1 codec refusals): internal/h1 (head.go), the refusal's answer: h1reject.go;
 //   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
 //     rapid-reset accounting: h2guard.go;
 //   - per-request timeouts: the route timeout and the stream idle timeout
@@ -33,7 +33,7 @@
 //     handling, forwarding and upgrades: forward.go;
 //   - upstream connections: dial, connect circuit breaker and counted
 //     connections in http.go (worker.dial); the HTTP/1.1 pool and Envoy's
-//     response framing rules: h1pool.go, with h1resp.go (its fast response
+//     response framing rules: h1pool.go, with internal/h1 (fast.go: the fast response
 //     reader); the choice of a worker's transport per cluster: worker.go
 //     (transport); plain HTTP/1.1 and h2c: http.go (newUpstreamTransport);
 //     mesh (mTLS) ones: mtls.go (newMeshTransport, dialHost);

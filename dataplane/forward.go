@@ -48,7 +48,7 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 	// nothing to remove (nor an Upgrade or a TE).
 	hw := ex.h1
 	var upType string
-	if hw == nil || !hw.in.hopFree {
+	if hw == nil || !hw.in.HopFree {
 		upType = upgradeType(h)
 		if upType != "" {
 			upType = dropH2CUpgrade(h, upType)
@@ -94,7 +94,7 @@ func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange
 		return
 	}
 
-	if hw == nil || res != &hw.store.resp || !hw.store.hopFree {
+	if hw == nil || res != &hw.store.Resp || !hw.store.HopFree {
 		removeHopByHop(res.Header)
 	}
 	if hw == nil || !hw.adoptHeader(res.Header) {

@@ -5,6 +5,7 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 
 	"bufio"
@@ -362,7 +363,11 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte) (resp *ht
 			return fail(err, true)
 		}
 		var fast bool
-		if resp, fast = readResponseFast(pc.br, req, st); !fast {
+		var fst *h1.RespStore
+		if st != nil {
+			fst = &st.RespStore
+		}
+		if resp, fast = h1.ReadResponseFast(pc.br, req, fst); !fast {
 			var reusable bool
 			if resp, reusable, err = pc.readResponse(req); err != nil {
 				return fail(err, false)
@@ -457,7 +462,7 @@ func (p *h1Pool) drainCancelled(pc *h1Conn, method string) {
 	}
 }
 
-// readResponse reads a response head that readResponseFast declined with
+// readResponse reads a response head that h1.ReadResponseFast declined with
 // http.ReadResponse, and checks its framing (checkFraming); reusable
 // false means the connection must close after it. An error is the
 // connection's (it ended, failed, timed out) or an upstreamProtocolError.
@@ -538,9 +543,9 @@ func scanFraming(b []byte) (f headFraming, whole bool) {
 			name = line[:i]
 		}
 		switch {
-		case asciiEqualFold(name, "Content-Length"):
+		case h1.EqualFold(name, "Content-Length"):
 			f.contentLength = true
-		case asciiEqualFold(name, "Transfer-Encoding"):
+		case h1.EqualFold(name, "Transfer-Encoding"):
 			f.transferEncoding = true
 		}
 	}
@@ -634,7 +639,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
 	}
 	_, _ = bw.WriteString(req.Method)
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(requestTarget(req))
+	_, _ = bw.WriteString(h1.RequestTarget(req))
 	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
 	_, _ = bw.WriteString(host)
 	_, _ = bw.WriteString("\r\n")
@@ -669,7 +674,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
 func writeHeaderLine(bw *bufio.Writer, k, v string) {
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
-	_, _ = bw.WriteString(trimOWS(v))
+	_, _ = bw.WriteString(h1.TrimOWS(v))
 	_, _ = bw.WriteString("\r\n")
 }
 
@@ -774,6 +779,14 @@ func (p *h1Pool) CloseIdleConnections() {
 	p.fallback.CloseIdleConnections()
 }
 
+// respStore is the storage of the upstream response of an HTTP/1 server
+// request (in its h1Writer): the fast reader's, and the pool's body over
+// it, one attempt's at a time.
+type respStore struct {
+	h1.RespStore
+	pool h1Body
+}
+
 // h1Body is a pooled response body: at its end the connection goes back to
 // the pool; closed early, the connection is closed.
 type h1Body struct {
@@ -793,7 +806,7 @@ type h1Body struct {
 func (b *h1Body) ready() bool { return b.done || (b.sized && b.pc.br.Buffered() > 0) }
 
 // writeBuffered writes to dst what the connection's buffer holds of a
-// body framed by Content-Length (readResponseFast's), and consumes it;
+// body framed by Content-Length (h1.ReadResponseFast's), and consumes it;
 // done reports the body's end, reached as Read reaches it (the connection
 // goes back to the pool). A body of another kind writes nothing. A failed
 // write is returned; the caller closes the body.
@@ -801,21 +814,12 @@ func (b *h1Body) writeBuffered(dst io.Writer) (done bool, err error) {
 	if b.done {
 		return true, nil
 	}
-	sb, ok := b.body.(*sizedBody)
+	sb, ok := b.body.(*h1.SizedBody)
 	if !ok {
 		return false, nil
 	}
-	if n := int64(sb.br.Buffered()); n > 0 {
-		p, _ := sb.br.Peek(int(min(n, sb.n)))
-		_, err = dst.Write(p)
-		_, _ = sb.br.Discard(len(p))
-		sb.n -= int64(len(p))
-		if err != nil {
-			return false, err
-		}
-	}
-	if sb.n > 0 {
-		return false, nil
+	if done, err = sb.WriteBuffered(dst); err != nil || !done {
+		return false, err
 	}
 	b.done = true
 	b.p.finish(b.pc, b.stop, b.keep)

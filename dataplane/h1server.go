@@ -6,6 +6,7 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
@@ -49,7 +50,7 @@ import (
 // by closing (HTTP/1.0), trailers, HEAD, Upgrade through Hijack, a Date
 // header, header read and idle timeouts, draining. What it does as Envoy
 // does: every head but the plainest is checked before net/http reads it
-// (h1request.go: framing, header syntax, Host, version, CONNECT, the
+// (internal/h1: framing, header syntax, Host, version, CONNECT, the
 // header-line limit), headers over maxRequestHeaderBytes get 431, and a
 // refused request gets its status, an access-log line flagged DPE and
 // the connection closed.
@@ -87,21 +88,21 @@ type h1ServerConn struct {
 	// respHdr is the header map of its requests' upstream responses,
 	// reused: a request is done with its response before the next is
 	// read.
-	respHdr headScratch
-	// reqHdr is the header map of its requests read by readRequestFast,
+	respHdr h1.HeadScratch
+	// reqHdr is the header map of its requests read by h1.ReadRequestFast,
 	// reused unless a request lent it to a transport that may still read
 	// it (exchange.headerLent): then the next request starts a new one.
-	reqHdr headScratch
-	// in holds the request read by readRequestFast (its http.Request
+	reqHdr h1.HeadScratch
+	// in holds the request read by h1.ReadRequestFast (its http.Request
 	// and URL) and store its upstream response: reused from request to
 	// request as the header maps are (in is replaced when reqHdr is:
 	// a transport that may still read the request has its URL too).
-	in    *reqStore
+	in    *h1.ReqStore
 	store respStore
 	// rw is the writer of its requests (see h1Writer), nil until the
 	// next request makes one.
 	rw *h1Writer
-	// reqCtx is the context of the requests read by readRequestFast
+	// reqCtx is the context of the requests read by h1.ReadRequestFast
 	// (in.blank carries it), kept from request to request while nothing
 	// can still hold it (reqCtxKept); nil until the next request makes
 	// one. reqCancel cancels it.
@@ -310,12 +311,12 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	c.check.c = c
 	c.check.alarm.Target = &c.check
 	ls := w.s.state.Load().listeners[sc.info.listener]
-	c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: maxHeadersFor(ls)}
+	c.in = &h1.ReqStore{Hdr: &c.reqHdr, MaxHeaders: maxHeadersFor(ls)}
 	c.headersTimeout = config.DefaultRequestHeadersTimeout
 	if ls != nil {
 		c.headersTimeout, c.streamIdle = ls.cfg.RequestHeadersTimeout, ls.cfg.StreamIdleTimeout
 	}
-	c.store.hdr = &c.respHdr
+	c.store.Hdr = &c.respHdr
 	// One raw socket reads and writes: the reads send what the writes
 	// queued (h1Out).
 	if q, ok := sc.w.(rawio.Queuer); ok {
@@ -383,8 +384,8 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			return
 		}
 		if emptied, tooMany := c.skipLineEnds(); tooMany {
-			c.reject(&reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE,
-				why: "more than " + strconv.Itoa(maxSkippedLineEnds) + " bytes of empty lines before a request"})
+			c.reject(&h1.Reject{Code: http.StatusBadRequest, Details: h1.DetailCodecError, Flags: respflag.DPE,
+				Why: "more than " + strconv.Itoa(h1.MaxSkippedLineEnds) + " bytes of empty lines before a request"})
 			return
 		} else if emptied {
 			continue // the request is still to come: wait for it as for any
@@ -410,15 +411,15 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			// (A new store, after a lent header map, comes with a
 			// new context: the lent request's was not kept.)
 			c.reqCtx, c.reqCancel = context.WithCancelCause(base)
-			c.in.blank = (&http.Request{}).WithContext(c.reqCtx)
+			c.in.Blank = (&http.Request{}).WithContext(c.reqCtx)
 		}
 		rw := c.rw
 		rw.begin()
 		// The plainest requests, whole in the buffer, are read without
 		// net/http's allocations; everything else is checked
-		// (checkRequestHead), then read by net/http.
-		req, fast := readRequestFast(c.br, c.in)
-		var rej *reqReject
+		// (h1.CheckRequestHead), then read by net/http.
+		req, fast := h1.ReadRequestFast(c.br, c.in)
+		var rej *h1.Reject
 		if !fast {
 			if rej, err = c.checkHead(); rej == nil && err == nil {
 				req, err = http.ReadRequest(c.br)
@@ -442,8 +443,8 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			case headerWait && isDeadline(err) && !time.Now().Before(headerDeadline):
 				// A head that trickles in (slowloris): Envoy's 408 for
 				// request_headers_timeout (no flag).
-				c.reject(&reqReject{code: http.StatusRequestTimeout, details: "request_header_timeout",
-					why: "request head not received whole within " + c.headersTimeout.String()})
+				c.reject(&h1.Reject{Code: http.StatusRequestTimeout, Details: "request_header_timeout",
+					Why: "request head not received whole within " + c.headersTimeout.String()})
 			}
 			return
 		}
@@ -452,8 +453,8 @@ func (w *worker) serveH1(sc *sniffedConn) {
 		if rw.scratch.ex.headerLent {
 			// The transport may still read the request: its header
 			// map and URL stay its own.
-			c.reqHdr = headScratch{}
-			c.in = &reqStore{hdr: &c.reqHdr, maxHeaders: c.in.maxHeaders}
+			c.reqHdr = h1.HeadScratch{}
+			c.in = &h1.ReqStore{Hdr: &c.reqHdr, MaxHeaders: c.in.MaxHeaders}
 		}
 		if rw.mayBeHeld() {
 			c.rw = nil
@@ -467,7 +468,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 // serve runs one request with its writer rw; it reports whether the
 // connection stays open.
 func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writer) (keep bool) {
-	// A request readRequestFast took has the connection's request
+	// A request h1.ReadRequestFast took has the connection's request
 	// context, kept for the next request if nothing can still hold it;
 	// any other gets a context of its own.
 	ctx, cancel := c.reqCtx, c.reqCancel
@@ -612,10 +613,10 @@ func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 // over maxRequestHeaderBytes (http1.headers_too_large), else 400
 // (http1.codec_error), flagged DPE.
 func (c *h1ServerConn) badRequest(err error) {
-	r := &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE, why: err.Error()}
+	r := &h1.Reject{Code: http.StatusBadRequest, Details: h1.DetailCodecError, Flags: respflag.DPE, Why: err.Error()}
 	if c.src.hit {
-		r.code, r.details = http.StatusRequestHeaderFieldsTooLarge, detailHeadersTooLarge
-		r.why = "request head over " + strconv.Itoa(maxRequestHeaderBytes) + " bytes"
+		r.Code, r.Details = http.StatusRequestHeaderFieldsTooLarge, h1.DetailHeadersTooLarge
+		r.Why = "request head over " + strconv.Itoa(maxRequestHeaderBytes) + " bytes"
 	}
 	c.reject(r)
 }
@@ -623,7 +624,7 @@ func (c *h1ServerConn) badRequest(err error) {
 // skipLineEnds discards the CRs and LFs buffered before the next request
 // (RFC 9112 §2.2: a server ignores empty lines before a request line;
 // some clients send one after a body). emptied: nothing else is buffered
-// yet; tooMany: the connection sent more than maxSkippedLineEnds of them.
+// yet; tooMany: the connection sent more than h1.MaxSkippedLineEnds of them.
 func (c *h1ServerConn) skipLineEnds() (emptied, tooMany bool) {
 	b, _ := c.br.Peek(c.br.Buffered())
 	n := 0
@@ -635,24 +636,24 @@ func (c *h1ServerConn) skipLineEnds() (emptied, tooMany bool) {
 	}
 	_, _ = c.br.Discard(n)
 	c.skipped += n
-	return n == len(b), c.skipped > maxSkippedLineEnds
+	return n == len(b), c.skipped > h1.MaxSkippedLineEnds
 }
 
 // checkHead reads the next request's head as far as its blank line and
-// checks it (checkRequestHead) before net/http reads it. A head whole in
+// checks it (h1.CheckRequestHead) before net/http reads it. A head whole in
 // the reader's buffer is checked there; a longer one is read out of the
 // buffer and queued again ahead of the connection's other bytes
 // (h1Source.pending), as is a head whose request line is rewritten, so
 // that net/http reads exactly the bytes checked. err is a read error
 // (the client closed or stalled, or the head passed
 // maxRequestHeaderBytes: c.src.hit).
-func (c *h1ServerConn) checkHead() (*reqReject, error) {
+func (c *h1ServerConn) checkHead() (*h1.Reject, error) {
 	br := c.br
 	var head, collected []byte
 	for head == nil {
 		b, _ := br.Peek(br.Buffered())
 		if collected == nil {
-			if n := headEnd(b); n >= 0 {
+			if n := h1.HeadEnd(b); n >= 0 {
 				head = b[:n]
 				break
 			}
@@ -660,8 +661,8 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 				// Not a request line so far (bytes of another
 				// protocol on an HTTP listener): refused now, not once
 				// a head arrives.
-				return &reqReject{code: http.StatusBadRequest, details: detailCodecError, flags: respflag.DPE,
-					why: "malformed request line " + quoteInput(b)}, nil
+				return &h1.Reject{Code: http.StatusBadRequest, Details: h1.DetailCodecError, Flags: respflag.DPE,
+					Why: "malformed request line " + h1.QuoteInput(b)}, nil
 			}
 			if len(b) < br.Size() {
 				if _, err := br.Peek(len(b) + 1); err != nil {
@@ -673,7 +674,7 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 		}
 		collected = append(collected, b...)
 		_, _ = br.Discard(len(b))
-		if n := headEnd(collected); n >= 0 {
+		if n := h1.HeadEnd(collected); n >= 0 {
 			head = collected[:n]
 			break
 		}
@@ -681,7 +682,7 @@ func (c *h1ServerConn) checkHead() (*reqReject, error) {
 			return nil, err
 		}
 	}
-	rej, line := checkRequestHead(head, c.in.maxHeaders)
+	rej, line := h1.CheckRequestHead(head, c.in.MaxHeaders)
 	if rej != nil {
 		return rej, nil
 	}
@@ -934,7 +935,7 @@ type h1Exchange struct {
 	// in is the request as read and store its upstream response (the
 	// connection's, h1ServerConn.in and .store); scratch serveHTTP's
 	// state.
-	in      *reqStore
+	in      *h1.ReqStore
 	store   *respStore
 	scratch httpScratch
 }

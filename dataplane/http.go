@@ -5,6 +5,7 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
@@ -400,7 +401,7 @@ func (ex *exchange) downstreamBodyBroken() bool {
 		return false
 	}
 	ex.flags = ex.flags&^(respflag.UF|respflag.UC|respflag.UT|respflag.UR) | respflag.DPE
-	ex.details = detailCodecError
+	ex.details = h1.DetailCodecError
 	ex.failure = "request body: " + be.err.Error()
 	return true
 }
@@ -1009,7 +1010,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	d := time.Since(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	e := accesslog.Entry{
-		StartTime: start, Method: req.Method, Path: requestTarget(req), Protocol: req.Proto,
+		StartTime: start, Method: req.Method, Path: h1.RequestTarget(req), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
 		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
 		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/lb"
 	"net/http"
 	"runtime"
 	"runtime/pprof"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/meshlet-dev/meshlet/lb"
 )
 
 // TestNoLockSharedBetweenWorkers runs concurrent load through two workers

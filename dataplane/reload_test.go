@@ -1,13 +1,14 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/config"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/config"
 )
 
 // Reloading under load drops no request; an invalid config is refused with

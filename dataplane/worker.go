@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
@@ -297,16 +298,16 @@ func sniffRequestLine(b []byte) sniffResult {
 		i++
 	}
 	m := i
-	for i < len(b) && isTchar(b[i]) {
+	for i < len(b) && h1.IsTchar(b[i]) {
 		i++
 	}
 	switch {
 	case i == len(b):
 		return sniffMore
-	case i == m || !isSPorHT(b[i]):
+	case i == m || !h1.IsSPorHT(b[i]):
 		return sniffNot
 	}
-	for i < len(b) && isSPorHT(b[i]) {
+	for i < len(b) && h1.IsSPorHT(b[i]) {
 		i++
 	}
 	t := i
@@ -316,10 +317,10 @@ func sniffRequestLine(b []byte) sniffResult {
 	switch {
 	case i == len(b):
 		return sniffTarget
-	case i == t || !isSPorHT(b[i]):
+	case i == t || !h1.IsSPorHT(b[i]):
 		return sniffNot
 	}
-	for i < len(b) && isSPorHT(b[i]) {
+	for i < len(b) && h1.IsSPorHT(b[i]) {
 		i++
 	}
 	const version = "HTTP/d.d"
@@ -327,7 +328,7 @@ func sniffRequestLine(b []byte) sniffResult {
 		if i == len(b) {
 			return sniffTarget
 		}
-		if version[j] == 'd' && !isDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
+		if version[j] == 'd' && !h1.IsDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
 			return sniffNot
 		}
 	}

@@ -1,4 +1,4 @@
-package dataplane
+package h1
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 )
 
-// readResponseFast reads the head of an upstream response from br when
+// ReadResponseFast reads the head of an upstream response from br when
 // the whole head is already in br's buffer and the response is of the
 // plainest kind, which is nearly every response on a keep-alive
 // connection: HTTP/1.1; a status with a body (200-599 but 204 and 304) to
@@ -30,7 +30,7 @@ import (
 //
 // st, if not nil, holds the response, its body and its header map (an
 // HTTP/1 server request's, reused: no allocation but the head's string).
-func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp *http.Response, ok bool) {
+func ReadResponseFast(br *bufio.Reader, req *http.Request, st *RespStore) (resp *http.Response, ok bool) {
 	if req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -59,9 +59,9 @@ func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp 
 		}
 	}
 	head := string(buf[:end+2]) // the one copy: status and values are slices of it
-	var hs *headScratch
+	var hs *HeadScratch
 	if st != nil {
-		hs = st.hdr
+		hs = st.Hdr
 	}
 	h, f, ok := parseHeaderLines(head[nl+1:], hs)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 1 {
@@ -72,11 +72,11 @@ func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp 
 		delete(h, "Connection") // as net/http's response reader does
 	}
 	_, _ = br.Discard(end + 4)
-	var body *sizedBody
+	var body *SizedBody
 	if st != nil {
-		resp, body = &st.resp, &st.body
+		resp, body = &st.Resp, &st.Body
 	} else {
-		resp, body = new(http.Response), new(sizedBody)
+		resp, body = new(http.Response), new(SizedBody)
 	}
 	*resp = http.Response{
 		Status: head[9 : nl-1], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -85,63 +85,62 @@ func readResponseFast(br *bufio.Reader, req *http.Request, st *respStore) (resp 
 	if cl == 0 {
 		resp.Body = http.NoBody
 	} else {
-		*body = sizedBody{br: br, n: cl}
+		*body = SizedBody{br: br, n: cl}
 		resp.Body = body
 	}
 	if st != nil {
-		st.hopFree = !f.hop
+		st.HopFree = !f.hop
 	}
 	return resp, true
 }
 
-// respStore is the storage of the upstream response of an HTTP/1 server
-// request (in its h1Writer): one response at a time, the next attempt's
+// RespStore is the storage of the upstream response of an HTTP/1 server
+// request (in the server's per-request writer): one response at a time, the next attempt's
 // overwriting the last, which has been read to its end and closed.
-type respStore struct {
-	resp http.Response
-	body sizedBody
-	pool h1Body
-	hdr  *headScratch // the server connection's, reused from request to request
-	// hopFree: resp, as read, has no hop-by-hop header to remove.
-	hopFree bool
+type RespStore struct {
+	Resp http.Response
+	Body SizedBody
+	Hdr  *HeadScratch // the server connection's, reused from request to request
+	// HopFree: Resp, as read, has no hop-by-hop header to remove.
+	HopFree bool
 }
 
-// reqStore is the storage readRequestFast fills for an HTTP/1 server
-// request (in its h1Writer): the server makes its one copy of the request
+// ReqStore is the storage ReadRequestFast fills for an HTTP/1 server
+// request (in the server's per-request writer): the server makes its one copy of the request
 // (with its context) from it.
-type reqStore struct {
-	req http.Request
-	url url.URL
-	hdr *headScratch // the server connection's (h1ServerConn.reqHdr)
-	// hopFree: req was read here and has no hop-by-hop header to remove.
-	hopFree bool
-	// maxHeaders is the listener's header-line limit (0: Envoy's
+type ReqStore struct {
+	Req http.Request
+	URL url.URL
+	Hdr *HeadScratch // the server connection's, reused from request to request
+	// HopFree: Req was read here and has no hop-by-hop header to remove.
+	HopFree bool
+	// MaxHeaders is the listener's header-line limit (0: Envoy's
 	// default, config.DefaultMaxHeadersCount): a head with more is left
-	// to checkRequestHead, which refuses it.
-	maxHeaders int
-	// blank, if set, is the request every read here starts from: an
+	// to CheckRequestHead, which refuses it.
+	MaxHeaders int
+	// Blank, if set, is the request every read here starts from: an
 	// empty request carrying the connection's request context
-	// (h1ServerConn.reqCtx), which net/http gives no other way to set
+	// (the server connection's request context), which net/http gives no other way to set
 	// than a copy of the request.
-	blank *http.Request
+	Blank *http.Request
 }
 
-// headScratch is a header map and a backing array for its values that a
+// HeadScratch is a header map and a backing array for its values that a
 // fast reader clears and reuses, for heads of up to reuseHeaders lines; a
 // longer head (or a map something grew past that) gets a new one. Only
 // one head at a time uses it: the reader's caller must be done with the
 // last (its map and value slices) before the next read.
-type headScratch struct {
+type HeadScratch struct {
 	h    http.Header
 	vals []string
 }
 
-// reuseHeaders is the most header lines a headScratch is reused for.
+// reuseHeaders is the most header lines a HeadScratch is reused for.
 const reuseHeaders = 16
 
 // get returns an empty header map and n empty values; s may be nil
 // (both new).
-func (s *headScratch) get(n int) (http.Header, []string) {
+func (s *HeadScratch) get(n int) (http.Header, []string) {
 	if s == nil || n > reuseHeaders {
 		return make(http.Header, n), make([]string, n)
 	}
@@ -198,7 +197,7 @@ type headerFacts struct {
 // valid value (folded lines, bare LF, spaces before the colon, control
 // characters), more than 100 lines, a Content-Length that is not plain
 // digits.
-func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts, ok bool) {
+func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts, ok bool) {
 	n := strings.Count(rest, "\r\n")
 	if n > 100 {
 		return nil, f, false
@@ -216,7 +215,7 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, f, false
 		}
-		v := trimOWS(l[colon+1:])
+		v := TrimOWS(l[colon+1:])
 		if !httpguts.ValidHeaderFieldValue(v) {
 			return nil, f, false
 		}
@@ -253,7 +252,7 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 	return h, f, true
 }
 
-// readRequestFast reads a request head from br when the whole head is
+// ReadRequestFast reads a request head from br when the whole head is
 // already in br's buffer and the request is of the plainest kind, which is
 // most requests on a keep-alive connection: GET, HEAD, OPTIONS or DELETE;
 // HTTP/1.1; an origin-form target without a fragment; one Host that is
@@ -263,13 +262,13 @@ func parseHeaderLines(rest string, s *headScratch) (h http.Header, f headerFacts
 // store's maxHeaders of them. It returns what http.ReadRequest would
 // (FuzzReadRequestFast compares the two) with fewer allocations. Anything
 // else is declined (ok false) with nothing consumed, for the server to
-// check (checkRequestHead) and http.ReadRequest to read: this only takes
+// check (CheckRequestHead) and http.ReadRequest to read: this only takes
 // heads both would take, and as net/http would.
 //
 // st, if not nil, holds the request and its URL; else both are new.
-func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool) {
+func ReadRequestFast(br *bufio.Reader, st *ReqStore) (req *http.Request, ok bool) {
 	if st != nil {
-		st.hopFree = false // a declined head is net/http's: nothing known of it
+		st.HopFree = false // a declined head is net/http's: nothing known of it
 	}
 	buf, end, nl, ok := bufferedHead(br)
 	if !ok {
@@ -287,12 +286,12 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	default:
 		return nil, false
 	}
-	var hs *headScratch
+	var hs *HeadScratch
 	if st != nil {
-		hs = st.hdr
+		hs = st.Hdr
 	}
-	if st != nil && st.maxHeaders > 0 && st.maxHeaders < config.DefaultMaxHeadersCount &&
-		strings.Count(head[nl+1:], "\r\n") > st.maxHeaders {
+	if st != nil && st.MaxHeaders > 0 && st.MaxHeaders < config.DefaultMaxHeadersCount &&
+		strings.Count(head[nl+1:], "\r\n") > st.MaxHeaders {
 		return nil, false // (parseHeaderLines takes at most the default)
 	}
 	h, f, ok := parseHeaderLines(head[nl+1:], hs)
@@ -305,7 +304,7 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	}
 	var u *url.URL
 	if st != nil {
-		req, u = &st.req, &st.url
+		req, u = &st.Req, &st.URL
 	} else {
 		req, u = new(http.Request), new(url.URL)
 	}
@@ -318,15 +317,15 @@ func readRequestFast(br *bufio.Reader, st *reqStore) (req *http.Request, ok bool
 	}
 	delete(h, "Host")
 	_, _ = br.Discard(end + 4)
-	if st != nil && st.blank != nil {
-		*req = *st.blank
+	if st != nil && st.Blank != nil {
+		*req = *st.Blank
 	} else {
 		*req = http.Request{}
 	}
 	req.Method, req.URL, req.Proto, req.ProtoMajor, req.ProtoMinor = method, u, "HTTP/1.1", 1, 1
 	req.Header, req.Body, req.Host, req.RequestURI, req.Close = h, http.NoBody, host, uri, f.close
 	if st != nil {
-		st.hopFree = !f.hop
+		st.HopFree = !f.hop
 	}
 	return req, true
 }
@@ -353,10 +352,10 @@ func parseOriginForm(uri string, u *url.URL) bool {
 	return true
 }
 
-// requestTarget is req.URL.RequestURI(): the target as read
+// RequestTarget is req.URL.RequestURI(): the target as read
 // (req.RequestURI) when it is one parseOriginForm takes and the URL still
 // says the same, without net/url's escaping pass; else RequestURI().
-func requestTarget(req *http.Request) string {
+func RequestTarget(req *http.Request) string {
 	u, t := req.URL, req.RequestURI
 	if u.Opaque == "" && u.RawPath == "" && len(t) > 0 && t[0] == '/' {
 		path, query, hasQuery := strings.Cut(t, "?")
@@ -390,9 +389,9 @@ var plainPathByte = func() (t [256]bool) {
 	return t
 }()
 
-// trimOWS trims spaces and tabs from both ends of a header value, as
+// TrimOWS trims spaces and tabs from both ends of a header value, as
 // strings.Trim(v, " \t") does, without its set building.
-func trimOWS(v string) string {
+func TrimOWS(v string) string {
 	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
 		v = v[1:]
 	}
@@ -419,15 +418,16 @@ func parseLength(s string) int64 {
 	return n
 }
 
-// sizedBody is a Content-Length body read from the connection's reader:
+// SizedBody is a Content-Length body read from the connection's reader:
 // io.EOF with its last bytes, io.ErrUnexpectedEOF if the connection ends
 // first (as net/http's body).
-type sizedBody struct {
+type SizedBody struct {
 	br *bufio.Reader
 	n  int64
 }
 
-func (b *sizedBody) Read(p []byte) (int, error) {
+// Read reads the body's next bytes.
+func (b *SizedBody) Read(p []byte) (int, error) {
 	if b.n <= 0 {
 		return 0, io.EOF
 	}
@@ -445,5 +445,21 @@ func (b *sizedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close does nothing: h1Body owns the connection.
-func (b *sizedBody) Close() error { return nil }
+// Close does nothing: the caller owns the connection.
+func (b *SizedBody) Close() error { return nil }
+
+// WriteBuffered writes to dst what the reader's buffer already holds of
+// the body, consumes it, and reports whether that was the body's end; a
+// failed write is returned.
+func (b *SizedBody) WriteBuffered(dst io.Writer) (done bool, err error) {
+	if n := int64(b.br.Buffered()); n > 0 && b.n > 0 {
+		p, _ := b.br.Peek(int(min(n, b.n)))
+		_, err = dst.Write(p)
+		_, _ = b.br.Discard(len(p))
+		b.n -= int64(len(p))
+		if err != nil {
+			return false, err
+		}
+	}
+	return b.n <= 0, nil
+}

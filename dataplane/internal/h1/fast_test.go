@@ -1,4 +1,4 @@
-package dataplane
+package h1
 
 import (
 	"bufio"
@@ -61,16 +61,16 @@ var responseSeeds = []string{
 	"",
 }
 
-// checkResponseFast reads data with readResponseFast (into st, if not
+// checkResponseFast reads data with ReadResponseFast (into st, if not
 // nil) and, if it took the response, with http.ReadResponse, and fails on
 // any difference: the head, the body and its end, and what is left on the
 // connection.
-func checkResponseFast(t *testing.T, data []byte, method string, st *respStore) (took bool) {
+func checkResponseFast(t *testing.T, data []byte, method string, st *RespStore) (took bool) {
 	req, _ := http.NewRequest(method, "http://upstream/", nil)
 	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
 	_, _ = br.Peek(1) // buffer what has arrived, as the pool's Peek does
 	before := br.Buffered()
-	fast, ok := readResponseFast(br, req, st)
+	fast, ok := ReadResponseFast(br, req, st)
 	if !ok {
 		if br.Buffered() != before {
 			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
@@ -126,7 +126,7 @@ func sameRest(t *testing.T, data []byte, fast, std *bufio.Reader) {
 
 // newRespStore is a server request's response storage, as the server
 // makes it.
-func newRespStore() *respStore { return &respStore{hdr: &headScratch{}} }
+func newRespStore() *RespStore { return &RespStore{Hdr: &HeadScratch{}} }
 
 func TestReadResponseFast(t *testing.T) {
 	took := map[string]bool{}
@@ -206,7 +206,7 @@ var requestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: a\r\nTrailer: X\r\n\r\n",
 	"GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n",
-	"GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", // net/http takes these; the server refuses them (checkRequestHead)
+	"GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", // net/http takes these; the server refuses them (CheckRequestHead)
 	"GET /a#c HTTP/1.1\r\nHost: a\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost:\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n",
@@ -215,14 +215,14 @@ var requestSeeds = []string{
 	"",
 }
 
-// checkRequestFast reads data with readRequestFast (into st, if not nil)
+// checkRequestFast reads data with ReadRequestFast (into st, if not nil)
 // and, if it took the request, with http.ReadRequest, and fails on any
 // difference.
-func checkRequestFast(t *testing.T, data []byte, st *reqStore) (took bool) {
+func checkRequestFast(t *testing.T, data []byte, st *ReqStore) (took bool) {
 	br := bufio.NewReaderSize(bytes.NewReader(data), 4096)
 	_, _ = br.Peek(1)
 	before := br.Buffered()
-	fast, ok := readRequestFast(br, st)
+	fast, ok := ReadRequestFast(br, st)
 	if !ok {
 		if br.Buffered() != before {
 			t.Fatalf("declined %q but consumed %d bytes", data, before-br.Buffered())
@@ -259,17 +259,17 @@ func checkRequestFast(t *testing.T, data []byte, st *reqStore) (took bool) {
 	// declines would pass as it is: the fast path skips no refusal.
 	// (net/http takes more than both: a fragment, an empty Host.)
 	limit := config.DefaultMaxHeadersCount
-	if st != nil && st.maxHeaders > 0 {
-		limit = st.maxHeaders
+	if st != nil && st.MaxHeaders > 0 {
+		limit = st.MaxHeaders
 	}
-	if rej, line := checkRequestHead(data[:headEnd(data)], limit); rej != nil || line != nil {
+	if rej, line := CheckRequestHead(data[:HeadEnd(data)], limit); rej != nil || line != nil {
 		t.Fatalf("took %q, which the server's check refuses (%+v) or rewrites (%q)", data, rej, line)
 	}
 	return true
 }
 
 func TestReadRequestFast(t *testing.T) {
-	st := new(reqStore) // reused, as by a connection's requests
+	st := new(ReqStore) // reused, as by a connection's requests
 	for i, s := range requestSeeds {
 		took := checkRequestFast(t, []byte(s), nil)
 		if plain := i < 7; took != plain {
@@ -281,7 +281,7 @@ func TestReadRequestFast(t *testing.T) {
 	}
 	// A listener's header-line limit below the default: a head at it is
 	// taken, one over it left to the server's check (which answers 431).
-	limited := &reqStore{maxHeaders: 3}
+	limited := &ReqStore{MaxHeaders: 3}
 	if !checkRequestFast(t, []byte(requestSeeds[1]), limited) {
 		t.Errorf("declined 3 header lines with a limit of 3: %q", requestSeeds[1])
 	}
@@ -330,19 +330,19 @@ func TestRequestTarget(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", uri, err)
 		}
-		if got, want := requestTarget(req), req.URL.RequestURI(); got != want {
+		if got, want := RequestTarget(req), req.URL.RequestURI(); got != want {
 			t.Errorf("%q read by net/http: %q, want %q", uri, got, want)
 		}
 		var u url.URL
 		if parseOriginForm(uri, &u) {
 			fast := &http.Request{URL: &u, RequestURI: uri}
-			if got, want := requestTarget(fast), u.RequestURI(); got != want || got != uri {
+			if got, want := RequestTarget(fast), u.RequestURI(); got != want || got != uri {
 				t.Errorf("%q read fast: %q, want %q", uri, got, want)
 			}
 		}
 		req.URL.Path += "x"
 		req.URL.RawQuery = "changed"
-		if got, want := requestTarget(req), req.URL.RequestURI(); got != want {
+		if got, want := RequestTarget(req), req.URL.RequestURI(); got != want {
 			t.Errorf("%q, URL changed: %q, want %q", uri, got, want)
 		}
 	}
@@ -351,7 +351,7 @@ func TestRequestTarget(t *testing.T) {
 	walk = func(uri string) {
 		if u, err := url.ParseRequestURI(uri); err == nil {
 			req := &http.Request{URL: u, RequestURI: uri}
-			if got, want := requestTarget(req), u.RequestURI(); got != want {
+			if got, want := RequestTarget(req), u.RequestURI(); got != want {
 				t.Fatalf("%q: %q, want %q", uri, got, want)
 			}
 		}
@@ -378,21 +378,21 @@ func TestFastReaderAllocations(t *testing.T) {
 		r.Reset(resp)
 		br.Reset(r)
 		_, _ = br.Peek(1)
-		if _, ok := readResponseFast(br, req, st); !ok {
+		if _, ok := ReadResponseFast(br, req, st); !ok {
 			t.Fatal("declined")
 		}
 	}); n != 1 {
 		t.Errorf("response head: %v allocations, want 1", n)
 	}
 	in := []byte(requestSeeds[1])
-	rst := new(reqStore)
+	rst := new(ReqStore)
 	r = bytes.NewReader(in)
 	requestAllocs := func() float64 {
 		return testing.AllocsPerRun(100, func() {
 			r.Reset(in)
 			br.Reset(r)
 			_, _ = br.Peek(1)
-			if _, ok := readRequestFast(br, rst); !ok {
+			if _, ok := ReadRequestFast(br, rst); !ok {
 				t.Fatal("declined")
 			}
 		})
@@ -400,7 +400,7 @@ func TestFastReaderAllocations(t *testing.T) {
 	if n := requestAllocs(); n > 4 {
 		t.Errorf("request head: %v allocations, want at most 4", n)
 	}
-	rst.hdr = new(headScratch)
+	rst.Hdr = new(HeadScratch)
 	if n := requestAllocs(); n != 1 {
 		t.Errorf("request head with a header scratch: %v allocations, want 1", n)
 	}
@@ -412,8 +412,8 @@ func FuzzReadRequestFast(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
-	st, reused := new(reqStore), &reqStore{hdr: new(headScratch)}
-	limited := &reqStore{hdr: new(headScratch), maxHeaders: 3}
+	st, reused := new(ReqStore), &ReqStore{Hdr: new(HeadScratch)}
+	limited := &ReqStore{Hdr: new(HeadScratch), MaxHeaders: 3}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkRequestFast(t, data, nil)
 		checkRequestFast(t, data, st)

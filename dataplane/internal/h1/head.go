@@ -1,74 +1,74 @@
-package dataplane
+// Package h1 is the HTTP/1.1 wire format as the data plane reads it: the
+// checks a downstream request head must pass (Envoy's HTTP/1 codec
+// refusals) and the fast readers of plain request and response heads,
+// which decline anything net/http's readers would read differently.
+package h1
 
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/meshlet-dev/meshlet/config"
-	"github.com/meshlet-dev/meshlet/lb/accesslog"
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
-// The downstream HTTP/1 request checks (h1request.go).
+// The downstream HTTP/1 request checks.
 //
 // net/http's request reader is lenient where a proxy must not be: it
 // drops a Content-Length next to Transfer-Encoding and keeps the
 // connection, reads "Content-Length : 5" as a header it then ignores for
 // framing (the body becomes the next request), takes HTTP/1.1 without a
 // Host, an empty Host, a fragment, any HTTP version. Every head the fast
-// reader (readRequestFast) declines is therefore checked here, on its raw
-// bytes, before net/http reads the same bytes: checkRequestHead passes
+// reader (ReadRequestFast) declines is therefore checked here, on its raw
+// bytes, before net/http reads the same bytes: CheckRequestHead passes
 // only heads whose framing both readers see alike, and answers the rest
 // as Envoy's HTTP/1 codec and connection manager do (status, response
 // code details, the DPE flag), closing the connection. The fast reader
-// takes only heads that would pass (readRequestFast).
+// takes only heads that would pass (ReadRequestFast).
 
-// reqReject is a request refused before it reaches the handler.
-type reqReject struct {
-	code int
-	// details is Envoy's %RESPONSE_CODE_DETAILS% for the refusal.
-	details string
-	flags   respflag.Flags
-	// why says what was wrong, naming the input; the access log's
+// Reject is a request refused before it reaches the handler.
+type Reject struct {
+	Code int // the status to answer with
+	// Details is Envoy's %RESPONSE_CODE_DETAILS% for the refusal.
+	Details string
+	Flags   respflag.Flags
+	// Why says what was wrong, naming the input; the access log's
 	// failure reason.
-	why string
+	Why string
 	// What the access log shows of the request ("" as "-").
-	method, target, proto, authority string
+	Method, Target, Proto, Authority string
 }
 
 // Envoy's response code details for the refusals.
 const (
-	detailCodecError        = "http1.codec_error"
-	detailTooManyHeaders    = "http1.too_many_headers"
-	detailHeadersTooLarge   = "http1.headers_too_large"
-	detailInvalidCharacters = "http1.invalid_characters"
-	detailInvalidURL        = "http1.invalid_url"
-	detailInvalidTE         = "http1.invalid_transfer_encoding"
-	detailTENotAllowed      = "http1.transfer_encoding_not_allowed"
-	detailChunkedLength     = "http1.content_length_and_chunked_not_allowed"
-	detailHTTPSInPlaintext  = "http1.https_url_on_plaintext_connection"
-	detailInvalidScheme     = "http1.invalid_scheme"
-	detailFragment          = "path_normalization_failed"
-	detailMissingHost       = "missing_host_header"
-	detailInvalidAuthority  = "invalid_authority"
-	detailUpgradeFailed     = "upgrade_failed"
+	DetailCodecError        = "http1.codec_error"
+	DetailTooManyHeaders    = "http1.too_many_headers"
+	DetailHeadersTooLarge   = "http1.headers_too_large"
+	DetailInvalidCharacters = "http1.invalid_characters"
+	DetailInvalidURL        = "http1.invalid_url"
+	DetailInvalidTE         = "http1.invalid_transfer_encoding"
+	DetailTENotAllowed      = "http1.transfer_encoding_not_allowed"
+	DetailChunkedLength     = "http1.content_length_and_chunked_not_allowed"
+	DetailHTTPSInPlaintext  = "http1.https_url_on_plaintext_connection"
+	DetailInvalidScheme     = "http1.invalid_scheme"
+	DetailFragment          = "path_normalization_failed"
+	DetailMissingHost       = "missing_host_header"
+	DetailInvalidAuthority  = "invalid_authority"
+	DetailUpgradeFailed     = "upgrade_failed"
 )
 
-// maxSkippedLineEnds bounds the empty lines a connection may send before
+// MaxSkippedLineEnds bounds the empty lines a connection may send before
 // a request (RFC 9112 §2.2 asks a server to ignore at least one).
-const maxSkippedLineEnds = 1024
+const MaxSkippedLineEnds = 1024
 
-// headEnd returns the length of the request head at the start of b,
+// HeadEnd returns the length of the request head at the start of b,
 // through the LF of its blank line (a line empty but for a CR, as
 // net/http's line reader ends one), or -1 if b does not hold it all.
-func headEnd(b []byte) int {
+func HeadEnd(b []byte) int {
 	for i := 0; ; {
 		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
@@ -92,7 +92,7 @@ func headEnd(b []byte) int {
 	}
 }
 
-// headParse is checkRequestHead's state: what it has read of the head so
+// headParse is CheckRequestHead's state: what it has read of the head so
 // far, for the refusal's access-log line.
 type headParse struct {
 	method, target, version []byte
@@ -100,16 +100,16 @@ type headParse struct {
 }
 
 // fail is a refusal of the head parsed so far.
-func (p *headParse) fail(code int, details, why string) *reqReject {
-	r := &reqReject{code: code, details: details, flags: respflag.DPE, why: why,
-		method: string(p.method), target: string(p.target), authority: string(p.host)}
+func (p *headParse) fail(code int, details, why string) *Reject {
+	r := &Reject{Code: code, Details: details, Flags: respflag.DPE, Why: why,
+		Method: string(p.method), Target: string(p.target), Authority: string(p.host)}
 	if len(p.version) == 8 {
-		r.proto = string(p.version)
+		r.Proto = string(p.version)
 	}
 	return r
 }
 
-// checkRequestHead checks a request head (head holds it through its blank
+// CheckRequestHead checks a request head (head holds it through its blank
 // line) before net/http reads it: the request line (a token method, a
 // target, HTTP/<digit>.<digit>, separated by spaces or tabs as RFC 9112
 // §3 allows), each header line (a token name, a colon right after it, a
@@ -135,45 +135,45 @@ func (p *headParse) fail(code int, details, why string) *reqReject {
 // authority, or any HTTP/1.1 request without one (400,
 // missing_host_header); more than one Host, or one that is not
 // host[:port] (400, invalid_authority); CONNECT (405: no route tunnels).
-func checkRequestHead(head []byte, maxHeaders int) (rej *reqReject, line []byte) {
+func CheckRequestHead(head []byte, maxHeaders int) (rej *Reject, line []byte) {
 	var p headParse
 	nl := bytes.IndexByte(head, '\n')
 	reqLine := trimCR(head[:nl])
 	// Request line: method, separator, target, separator, version.
 	i := 0
-	for i < len(reqLine) && isTchar(reqLine[i]) {
+	for i < len(reqLine) && IsTchar(reqLine[i]) {
 		i++
 	}
 	p.method = reqLine[:i]
 	s1 := i
-	for i < len(reqLine) && isSPorHT(reqLine[i]) {
+	for i < len(reqLine) && IsSPorHT(reqLine[i]) {
 		i++
 	}
 	normalize := i-s1 != 1 || reqLine[s1] != ' '
 	t0 := i
-	for i < len(reqLine) && !isSPorHT(reqLine[i]) {
+	for i < len(reqLine) && !IsSPorHT(reqLine[i]) {
 		i++
 	}
 	s2 := i
-	for i < len(reqLine) && isSPorHT(reqLine[i]) {
+	for i < len(reqLine) && IsSPorHT(reqLine[i]) {
 		i++
 	}
 	if len(p.method) == 0 || s1 == t0 || t0 == s2 || s2 == i {
-		return p.fail(http.StatusBadRequest, detailCodecError, "malformed request line "+quoteInput(reqLine)), nil
+		return p.fail(http.StatusBadRequest, DetailCodecError, "malformed request line "+QuoteInput(reqLine)), nil
 	}
 	normalize = normalize || i-s2 != 1 || reqLine[s2] != ' '
 	p.target, p.version = reqLine[t0:s2], reqLine[i:]
 	v := p.version
-	if len(v) != 8 || string(v[:5]) != "HTTP/" || !isDigit(v[5]) || v[6] != '.' || !isDigit(v[7]) {
-		return p.fail(http.StatusBadRequest, detailCodecError, "malformed HTTP version "+quoteInput(v)), nil
+	if len(v) != 8 || string(v[:5]) != "HTTP/" || !IsDigit(v[5]) || v[6] != '.' || !IsDigit(v[7]) {
+		return p.fail(http.StatusBadRequest, DetailCodecError, "malformed HTTP version "+QuoteInput(v)), nil
 	}
 	if v[5] != '1' {
-		return p.fail(http.StatusHTTPVersionNotSupported, detailCodecError, "HTTP version "+string(v)+" on an HTTP/1 connection"), nil
+		return p.fail(http.StatusHTTPVersionNotSupported, DetailCodecError, "HTTP version "+string(v)+" on an HTTP/1 connection"), nil
 	}
 	http10 := v[7] == '0'
 	for _, c := range p.target {
 		if c < ' ' || c == 0x7f {
-			return p.fail(http.StatusBadRequest, detailInvalidURL, "control character in request target "+quoteInput(p.target)), nil
+			return p.fail(http.StatusBadRequest, DetailInvalidURL, "control character in request target "+QuoteInput(p.target)), nil
 		}
 	}
 
@@ -188,95 +188,95 @@ func checkRequestHead(head []byte, maxHeaders int) (rej *reqReject, line []byte)
 		if len(l) == 0 {
 			break
 		}
-		if isSPorHT(l[0]) {
-			return p.fail(http.StatusBadRequest, detailCodecError, "folded header line "+quoteInput(l)), nil
+		if IsSPorHT(l[0]) {
+			return p.fail(http.StatusBadRequest, DetailCodecError, "folded header line "+QuoteInput(l)), nil
 		}
 		n := 0
-		for n < len(l) && isTchar(l[n]) {
+		for n < len(l) && IsTchar(l[n]) {
 			n++
 		}
 		if n == 0 || n == len(l) || l[n] != ':' {
-			return p.fail(http.StatusBadRequest, detailCodecError, "malformed header line "+quoteInput(l)), nil
+			return p.fail(http.StatusBadRequest, DetailCodecError, "malformed header line "+QuoteInput(l)), nil
 		}
 		if count++; count > maxHeaders {
-			return p.fail(http.StatusRequestHeaderFieldsTooLarge, detailTooManyHeaders,
+			return p.fail(http.StatusRequestHeaderFieldsTooLarge, DetailTooManyHeaders,
 				fmt.Sprintf("more than %d header lines", maxHeaders)), nil
 		}
 		name, value := l[:n], trimOWSBytes(l[n+1:])
 		for _, c := range value {
 			if c < ' ' && c != '\t' || c == 0x7f {
-				return p.fail(http.StatusBadRequest, detailInvalidCharacters, "control character in header line "+quoteInput(l)), nil
+				return p.fail(http.StatusBadRequest, DetailInvalidCharacters, "control character in header line "+QuoteInput(l)), nil
 			}
 		}
 		switch {
-		case asciiEqualFold(name, "Host"):
+		case EqualFold(name, "Host"):
 			hosts++
 			p.host = value
-		case asciiEqualFold(name, "Content-Length"):
+		case EqualFold(name, "Content-Length"):
 			if lengths++; lengths > 1 {
-				return p.fail(http.StatusBadRequest, detailCodecError, "more than one Content-Length"), nil
+				return p.fail(http.StatusBadRequest, DetailCodecError, "more than one Content-Length"), nil
 			}
 			if !validLength(value) {
-				return p.fail(http.StatusBadRequest, detailCodecError, "invalid Content-Length "+quoteInput(value)), nil
+				return p.fail(http.StatusBadRequest, DetailCodecError, "invalid Content-Length "+QuoteInput(value)), nil
 			}
-		case asciiEqualFold(name, "Transfer-Encoding"):
+		case EqualFold(name, "Transfer-Encoding"):
 			encodings++
-			badTE = badTE || !asciiEqualFold(value, "chunked")
+			badTE = badTE || !EqualFold(value, "chunked")
 		}
 	}
 
 	// Framing: one of a decimal Content-Length or a chunked body, or none.
 	switch {
 	case encodings > 1 || badTE:
-		return p.fail(http.StatusNotImplemented, detailInvalidTE, "Transfer-Encoding other than one chunked"), nil
+		return p.fail(http.StatusNotImplemented, DetailInvalidTE, "Transfer-Encoding other than one chunked"), nil
 	case encodings > 0 && lengths > 0:
-		return p.fail(http.StatusBadRequest, detailChunkedLength, "both Content-Length and Transfer-Encoding"), nil
+		return p.fail(http.StatusBadRequest, DetailChunkedLength, "both Content-Length and Transfer-Encoding"), nil
 	case encodings > 0 && http10:
-		return p.fail(http.StatusBadRequest, detailTENotAllowed, "Transfer-Encoding on HTTP/1.0"), nil
+		return p.fail(http.StatusBadRequest, DetailTENotAllowed, "Transfer-Encoding on HTTP/1.0"), nil
 	}
 
 	// Target and authority.
 	if string(p.method) == http.MethodConnect {
-		rej := p.fail(http.StatusMethodNotAllowed, detailUpgradeFailed, "CONNECT: no route allows tunnelling")
-		rej.flags = 0 // a request refused, not a protocol error
+		rej := p.fail(http.StatusMethodNotAllowed, DetailUpgradeFailed, "CONNECT: no route allows tunnelling")
+		rej.Flags = 0 // a request refused, not a protocol error
 		return rej, nil
 	}
 	if bytes.IndexByte(p.target, '#') >= 0 {
-		return p.fail(http.StatusBadRequest, detailFragment, "fragment in request target "+quoteInput(p.target)), nil
+		return p.fail(http.StatusBadRequest, DetailFragment, "fragment in request target "+QuoteInput(p.target)), nil
 	}
 	absolute := false
 	switch t := p.target; {
 	case t[0] == '/':
 	case string(t) == "*":
 		if string(p.method) != http.MethodOptions {
-			return p.fail(http.StatusBadRequest, detailInvalidURL, "request target * with method "+quoteInput(p.method)), nil
+			return p.fail(http.StatusBadRequest, DetailInvalidURL, "request target * with method "+QuoteInput(p.method)), nil
 		}
 	default:
 		scheme, after, ok := bytes.Cut(t, []byte("://"))
 		switch {
 		case !ok:
-			return p.fail(http.StatusBadRequest, detailInvalidURL, "invalid request target "+quoteInput(t)), nil
-		case asciiEqualFold(scheme, "https"):
-			return p.fail(http.StatusBadRequest, detailHTTPSInPlaintext, "https URL on a plaintext connection "+quoteInput(t)), nil
-		case !asciiEqualFold(scheme, "http"):
-			return p.fail(http.StatusBadRequest, detailInvalidScheme, "scheme of request target "+quoteInput(t)), nil
+			return p.fail(http.StatusBadRequest, DetailInvalidURL, "invalid request target "+QuoteInput(t)), nil
+		case EqualFold(scheme, "https"):
+			return p.fail(http.StatusBadRequest, DetailHTTPSInPlaintext, "https URL on a plaintext connection "+QuoteInput(t)), nil
+		case !EqualFold(scheme, "http"):
+			return p.fail(http.StatusBadRequest, DetailInvalidScheme, "scheme of request target "+QuoteInput(t)), nil
 		}
 		end := bytes.IndexAny(after, "/?")
 		if end < 0 {
 			end = len(after)
 		}
 		if !validAuthority(after[:end]) {
-			return p.fail(http.StatusBadRequest, detailInvalidAuthority, "invalid authority in request target "+quoteInput(t)), nil
+			return p.fail(http.StatusBadRequest, DetailInvalidAuthority, "invalid authority in request target "+QuoteInput(t)), nil
 		}
 		absolute = true
 	}
 	switch {
 	case hosts > 1:
-		return p.fail(http.StatusBadRequest, detailInvalidAuthority, "more than one Host"), nil
+		return p.fail(http.StatusBadRequest, DetailInvalidAuthority, "more than one Host"), nil
 	case hosts == 1 && !validAuthority(p.host):
-		return p.fail(http.StatusBadRequest, detailInvalidAuthority, "invalid Host "+quoteInput(p.host)), nil
+		return p.fail(http.StatusBadRequest, DetailInvalidAuthority, "invalid Host "+QuoteInput(p.host)), nil
 	case hosts == 0 && (!http10 || !absolute):
-		return p.fail(http.StatusBadRequest, detailMissingHost, "no Host"), nil
+		return p.fail(http.StatusBadRequest, DetailMissingHost, "no Host"), nil
 	}
 	if normalize {
 		line = make([]byte, 0, len(p.method)+len(p.target)+len(v)+4)
@@ -294,7 +294,7 @@ func validLength(v []byte) bool {
 	}
 	var n uint64
 	for _, c := range v {
-		if !isDigit(c) {
+		if !IsDigit(c) {
 			return false
 		}
 		d := uint64(c - '0')
@@ -369,7 +369,7 @@ func validAuthority[T string | []byte](a T) bool {
 		}
 		n := 0
 		for i := 0; i < len(port); i++ {
-			if !isDigit(port[i]) {
+			if !IsDigit(port[i]) {
 				return false
 			}
 			n = n*10 + int(port[i]-'0')
@@ -411,10 +411,18 @@ var tcharTable = func() (t [256]bool) {
 	return t
 }()
 
-func isTchar(c byte) bool  { return tcharTable[c] }
-func isSPorHT(c byte) bool { return c == ' ' || c == '\t' }
-func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
-func isHex(c byte) bool    { return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+// IsTchar says whether c may appear in a token (RFC 9110 §5.6.2): a
+// method or a header name.
+func IsTchar(c byte) bool { return tcharTable[c] }
+
+// IsSPorHT says whether c is a space or a tab, the separators RFC 9112
+// allows in a request line.
+func IsSPorHT(c byte) bool { return c == ' ' || c == '\t' }
+
+// IsDigit says whether c is an ASCII digit.
+func IsDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isHex(c byte) bool { return IsDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 // trimCR drops one CR ending a line.
 func trimCR(l []byte) []byte {
@@ -426,17 +434,17 @@ func trimCR(l []byte) []byte {
 
 // trimOWSBytes trims spaces and tabs from both ends of a header value.
 func trimOWSBytes(v []byte) []byte {
-	for len(v) > 0 && isSPorHT(v[0]) {
+	for len(v) > 0 && IsSPorHT(v[0]) {
 		v = v[1:]
 	}
-	for len(v) > 0 && isSPorHT(v[len(v)-1]) {
+	for len(v) > 0 && IsSPorHT(v[len(v)-1]) {
 		v = v[:len(v)-1]
 	}
 	return v
 }
 
-// asciiEqualFold reports whether b is s (ASCII) in any letter case.
-func asciiEqualFold(b []byte, s string) bool {
+// EqualFold reports whether b is s (ASCII) in any letter case.
+func EqualFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
@@ -455,78 +463,14 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
-// quoteInput quotes an input for an error message, cut at 64 bytes: in
+// QuoteInput quotes an input for an error message, cut at 64 bytes: in
 // single quotes, Go's escapes for the rest, a double quote as \x22 (the
 // message is logged inside double quotes).
-func quoteInput(b []byte) string {
+func QuoteInput(b []byte) string {
 	more := ""
 	if len(b) > 64 {
 		b, more = b[:64], "..."
 	}
 	q := strconv.Quote(string(b))
 	return "'" + strings.ReplaceAll(q[1:len(q)-1], `\"`, `\x22`) + "'" + more
-}
-
-// maxHeadersFor is a listener's header-line limit (Envoy's
-// common_http_protocol_options.max_headers_count).
-func maxHeadersFor(ls *listenerState) int {
-	if ls != nil {
-		return int(ls.cfg.MaxHeadersCount)
-	}
-	return config.DefaultMaxHeadersCount
-}
-
-// reject answers a request the connection refuses (Connection: close:
-// what follows it on the connection cannot be trusted to be a request),
-// with an access-log line and, for a protocol error, the listener's
-// count; both before the answer goes out, so that a client that has its
-// answer finds them there.
-func (c *h1ServerConn) reject(r *reqReject) {
-	text := http.StatusText(r.code)
-	info := c.sc.info
-	dash := func(s string) string {
-		if s == "" {
-			return "-"
-		}
-		return s
-	}
-	proto := r.proto
-	if proto == "" {
-		proto = "HTTP/1.1"
-	}
-	e := accesslog.Entry{StartTime: time.Now(), Method: dash(r.method), Path: dash(r.target), Protocol: proto, ResponseCode: r.code,
-		Flags: r.flags, UpstreamServiceTime: -1, Authority: r.authority, BytesSent: uint64(len(text))}
-	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: r.details, failure: r.why, downstreamPeer: info.peer})
-	if r.flags&respflag.DPE != 0 {
-		c.w.s.countProtocolError(c.w.s.state.Load(), info)
-	}
-	_ = c.sc.SetWriteDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", r.code, text, len(text), text)
-	_ = c.bw.Flush()
-	c.lingerClose()
-}
-
-// Bounds of lingerClose.
-const (
-	lingerTimeout = time.Second
-	lingerBytes   = 256 << 10
-)
-
-// lingerClose ends the sending side of a connection the server closes
-// while the client may still be sending (a refused request's body, the
-// rest of a broken one), then reads and drops what comes, up to
-// lingerBytes or lingerTimeout or the client's end: closing a socket
-// with unread bytes sends a reset, which can make the client's stack
-// drop the answer before the client has read it (nginx's lingering
-// close; net/http's server waits instead).
-func (c *h1ServerConn) lingerClose() {
-	if c.q != nil {
-		_ = c.q.FlushQueued()
-	}
-	if c.sc.CloseWrite() != nil {
-		return
-	}
-	c.src.limit = -1
-	_ = c.sc.SetReadDeadline(time.Now().Add(lingerTimeout))
-	_, _ = io.CopyN(io.Discard, c.br, lingerBytes)
 }
