@@ -20,7 +20,7 @@ section=$(cat <<MD
 Run: \`bench/xds.sh $n\` on $(date -u +%Y-%m-%d), ${cpu:-unknown CPU}, $(nproc) CPUs, $(go version | cut -d' ' -f3).
 One ADS server (\`discovery/xds\`, real gRPC on loopback, default 100 ms
 debounce) with 100 Services x 100 endpoints (10,000) in three zones; 1,000
-sidecar streams (\`discovery.ADSClient\`, 50 per gRPC connection) in a second
+sidecar streams (\`adsclient.Client\`, 50 per gRPC connection) in a second
 process (the test binary re-executed), so the benchmark process is the
 control plane alone. Each of the $n changes flips one endpoint between ready
 and not ready through \`UpsertEndpointSlice\` (what the EndpointSlice informer

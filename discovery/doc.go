@@ -1,9 +1,10 @@
-// Package discovery turns configuration sources into the data plane's
-// config.Config: the sidecar's static config file (ParseStatic,
-// LoadStaticFile) and, on the sidecar, the control plane's xDS (ADSClient:
-// clusters, endpoints and the routes they carry, ACK / NACK, back-off, last
-// good configuration kept). The control plane's side, Kubernetes objects
-// to Envoy resources served over ADS, is package discovery/xds.
+// Package discovery turns Envoy v3 configuration into the data plane's
+// config.Config, for the sidecar: its static config file (ParseStatic,
+// LoadStaticFile) and the clusters and load assignments it receives over
+// xDS. The sidecar's xDS client, which translates with this package, is
+// package discovery/adsclient; the control plane's side, Kubernetes objects
+// to Envoy resources served over ADS, is package discovery/xds, which links
+// neither (the names both sides agree on are in discovery/meshmeta).
 //
 // The Envoy v3 translations (TranslateCluster,
 // TranslateClusterLoadAssignment, TranslateRetryPolicy) are written once

@@ -16,46 +16,20 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
-// Names the control plane (discovery/xds) and the sidecar's ADS client
-// agree on.
+// The lb.Endpoint.Metadata keys of what an endpoint's
+// filter_metadata["meshlet.io"] says (meshmeta.MeshedField,
+// meshmeta.IdentityField).
 const (
-	// MetadataNamespace is meshlet's filter_metadata key, on clusters (the
-	// Kubernetes service a cluster is for) and on endpoints (MeshedField).
-	MetadataNamespace = "meshlet.io"
-	// RouteMetadataKey is the typed_filter_metadata key of a cluster's
-	// envoy.config.route.v3.RouteAction, which carries the timeout and
-	// retry_policy of the routes to it (meshlet serves no RDS).
-	RouteMetadataKey = "meshlet.io/route"
-	// MeshedField is the bool in an LbEndpoint's
-	// filter_metadata["meshlet.io"] saying that the endpoint's pod runs a
-	// meshlet sidecar, so it is reached with mTLS.
-	MeshedField = "meshed"
-	// IdentityField is the string in an LbEndpoint's
-	// filter_metadata["meshlet.io"] naming the SPIFFE ID the meshed
-	// endpoint must present (its pod's service account).
-	IdentityField = "identity"
 	// MeshedMetadataKey is the lb.Endpoint.Metadata key set to "true" for
 	// a meshed endpoint.
 	MeshedMetadataKey = config.MetadataMeshed
 	// IdentityMetadataKey is the lb.Endpoint.Metadata key holding a meshed
 	// endpoint's expected SPIFFE ID.
 	IdentityMetadataKey = config.MetadataIdentity
-	// LocalClusterName is the cluster the control plane sends every
-	// sidecar with the endpoints of the sidecar's own service (Envoy's
-	// cluster_manager.local_cluster_name), for zone-aware routing.
-	LocalClusterName = "meshlet|local"
-)
-
-// The fields of a cluster's filter_metadata["meshlet.io"]: the service
-// host, its port and its cluster IPs (the original destinations the
-// sidecar routes to the cluster).
-const (
-	serviceField   = "service"
-	portField      = "port"
-	addressesField = "addresses"
 )
 
 // edsClusterFields are the Cluster fields an EDS cluster may set besides
@@ -161,21 +135,21 @@ func (a LoadAssignment) ApplyTo(c *config.Cluster) {
 // endpointMeshed reads filter_metadata["meshlet.io"]: meshed (false when
 // absent) and identity (a SPIFFE ID, only with meshed: true).
 func endpointMeshed(p path, md *corev3.Metadata) (meshed bool, identity string, err error) {
-	s, ok := md.GetFilterMetadata()[MetadataNamespace]
+	s, ok := md.GetFilterMetadata()[meshmeta.MetadataNamespace]
 	if !ok {
 		return false, "", nil
 	}
-	sp := p.field("filter_metadata").key(MetadataNamespace)
+	sp := p.field("filter_metadata").key(meshmeta.MetadataNamespace)
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
 		v := s.GetFields()[k]
 		switch k {
-		case MeshedField:
+		case meshmeta.MeshedField:
 			b, isBool := v.GetKind().(*structpb.Value_BoolValue)
 			if !isBool {
 				return false, "", sp.field(k).errorf("want a bool")
 			}
 			meshed = b.BoolValue
-		case IdentityField:
+		case meshmeta.IdentityField:
 			str, isString := v.GetKind().(*structpb.Value_StringValue)
 			if !isString {
 				return false, "", sp.field(k).errorf("want a string (a SPIFFE ID)")
@@ -186,11 +160,11 @@ func endpointMeshed(p path, md *corev3.Metadata) (meshed bool, identity string, 
 			}
 			identity = id.String()
 		default:
-			return false, "", sp.field(k).errorf("not supported by meshlet (want %s or %s)", MeshedField, IdentityField)
+			return false, "", sp.field(k).errorf("not supported by meshlet (want %s or %s)", meshmeta.MeshedField, meshmeta.IdentityField)
 		}
 	}
 	if identity != "" && !meshed {
-		return false, "", sp.field(IdentityField).errorf("set on an endpoint that is not meshed (want %s: true)", MeshedField)
+		return false, "", sp.field(meshmeta.IdentityField).errorf("set on an endpoint that is not meshed (want %s: true)", meshmeta.MeshedField)
 	}
 	return meshed, identity, nil
 }
@@ -213,8 +187,8 @@ func ServiceRoutes(c *clusterv3.Cluster) ([]config.Route, error) {
 func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 	md := c.GetMetadata()
 	timeout, retry := config.DefaultRouteTimeout, DefaultRetryPolicy()
-	if a, ok := md.GetTypedFilterMetadata()[RouteMetadataKey]; ok {
-		rp := p.field("typed_filter_metadata").key(RouteMetadataKey)
+	if a, ok := md.GetTypedFilterMetadata()[meshmeta.RouteMetadataKey]; ok {
+		rp := p.field("typed_filter_metadata").key(meshmeta.RouteMetadataKey)
 		var ra routev3.RouteAction
 		if err := a.UnmarshalTo(&ra); err != nil {
 			return nil, rp.field("@type").errorf("%s not supported (want type.googleapis.com/%s)",
@@ -233,28 +207,28 @@ func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 			}
 		}
 	}
-	s, ok := md.GetFilterMetadata()[MetadataNamespace]
+	s, ok := md.GetFilterMetadata()[meshmeta.MetadataNamespace]
 	if !ok {
 		return nil, nil
 	}
-	sp := p.field("filter_metadata").key(MetadataNamespace)
+	sp := p.field("filter_metadata").key(meshmeta.MetadataNamespace)
 	var port uint16
 	var addrs []netip.Addr
 	// Sorted, so that the first error is always the same one.
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
 		v := s.GetFields()[k]
 		switch k {
-		case serviceField:
+		case meshmeta.ServiceField:
 			if _, ok := v.GetKind().(*structpb.Value_StringValue); !ok {
 				return nil, sp.field(k).errorf("want a string")
 			}
-		case portField:
+		case meshmeta.PortField:
 			n, ok := v.GetKind().(*structpb.Value_NumberValue)
 			if !ok || n.NumberValue != math.Trunc(n.NumberValue) || n.NumberValue < 1 || n.NumberValue > math.MaxUint16 {
 				return nil, sp.field(k).errorf("want a port number (1-65535)")
 			}
 			port = uint16(n.NumberValue)
-		case addressesField:
+		case meshmeta.AddressesField:
 			list, ok := v.GetKind().(*structpb.Value_ListValue)
 			if !ok {
 				return nil, sp.field(k).errorf("want a list of IP addresses")
@@ -267,11 +241,11 @@ func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 				addrs = append(addrs, ip)
 			}
 		default:
-			return nil, sp.field(k).errorf("not supported by meshlet (want %s, %s or %s)", serviceField, portField, addressesField)
+			return nil, sp.field(k).errorf("not supported by meshlet (want %s, %s or %s)", meshmeta.ServiceField, meshmeta.PortField, meshmeta.AddressesField)
 		}
 	}
 	if len(addrs) > 0 && port == 0 {
-		return nil, sp.field(portField).errorf("required with %s", addressesField)
+		return nil, sp.field(meshmeta.PortField).errorf("required with %s", meshmeta.AddressesField)
 	}
 	routes := make([]config.Route, 0, len(addrs))
 	for _, ip := range addrs {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/retry"
 )
@@ -132,7 +133,7 @@ func TestServiceRoutesRouteAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{RouteMetadataKey: ra}
+	c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{meshmeta.RouteMetadataKey: ra}
 	routes, err := ServiceRoutes(&c)
 	if err != nil {
 		t.Fatal(err)
@@ -151,15 +152,15 @@ func TestServiceRoutesRouteAction(t *testing.T) {
 	}
 	bad(func(c *clusterv3.Cluster) {
 		ra, _ := anypb.New(&routev3.RouteAction{RetryPolicy: &routev3.RetryPolicy{RetryOn: "sometimes"}})
-		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{RouteMetadataKey: ra}
+		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{meshmeta.RouteMetadataKey: ra}
 	}, `metadata.typed_filter_metadata["meshlet.io/route"].retry_policy.retry_on`)
 	bad(func(c *clusterv3.Cluster) {
 		ra, _ := anypb.New(&routev3.RouteAction{PrefixRewrite: "/x"})
-		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{RouteMetadataKey: ra}
+		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{meshmeta.RouteMetadataKey: ra}
 	}, `typed_filter_metadata["meshlet.io/route"].prefix_rewrite: not supported by meshlet`)
 	bad(func(c *clusterv3.Cluster) {
 		a, _ := anypb.New(durationpb.New(time.Second))
-		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{RouteMetadataKey: a}
+		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{meshmeta.RouteMetadataKey: a}
 	}, `typed_filter_metadata["meshlet.io/route"].@type: type.googleapis.com/google.protobuf.Duration not supported`)
 	bad(func(c *clusterv3.Cluster) {
 		c.Metadata.FilterMetadata["meshlet.io"].Fields["port"] = nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
 	"github.com/meshlet-dev/meshlet/discovery/xds"
 	"github.com/meshlet-dev/meshlet/lb"
 )
@@ -83,7 +84,7 @@ func TestDiscoveryPodsAgainstARealAPIServer(t *testing.T) {
 	defer conn.Close()
 	// The pod "client" of namespace shop, which reports zone a but runs on
 	// node-b in zone b.
-	client, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn,
+	client, err := adsclient.New(adsclient.Options{Conn: conn,
 		Node:           &corev3.Node{Id: "client.shop", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}},
 		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/meshlet-dev/meshlet/config"
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
 	"github.com/meshlet-dev/meshlet/discovery/xds"
 	"github.com/meshlet-dev/meshlet/lb"
 )
@@ -99,7 +99,7 @@ func TestDiscoveryAgainstARealAPIServer(t *testing.T) {
 	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()
 	var streamsEnded atomic.Int64 // the client's lost streams and failed reconnections
-	client, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn,
+	client, err := adsclient.New(adsclient.Options{Conn: conn,
 		Node:           &corev3.Node{Id: "sidecar-1", Locality: &corev3.Locality{Region: "r1", Zone: "zone-a"}},
 		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		Logger: slog.New(countRecords{slog.Default().Handler(), "ads stream ended; reconnecting", &streamsEnded})})

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshlet-dev/meshlet/deploy"
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
 	"github.com/meshlet-dev/meshlet/injector"
 	"github.com/meshlet-dev/meshlet/sds"
 	"github.com/meshlet-dev/meshlet/webhook"
@@ -178,7 +178,7 @@ func checkXDSAuth(t *testing.T, c *Cluster, s *injector.Server) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(s.RootPEM())
-	dial := func(token string) *discovery.ADSClient {
+	dial := func(token string) *adsclient.Client {
 		conn, err := grpc.NewClient(s.Addrs()["grpc"],
 			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})),
 			grpc.WithPerRPCCredentials(bearer(token)))
@@ -186,7 +186,7 @@ func checkXDSAuth(t *testing.T, c *Cluster, s *injector.Server) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		ads, err := discovery.NewADSClient(discovery.ADSOptions{Conn: conn, Node: &corev3.Node{Id: "web-1.shop"},
+		ads, err := adsclient.New(adsclient.Options{Conn: conn, Node: &corev3.Node{Id: "web-1.shop"},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/meshlet-dev/meshlet/config"
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -76,7 +76,7 @@ func churnHealthy(cs []config.Cluster, name string) (healthy, found bool) {
 
 // BenchmarkChurn: one ADS server (real gRPC on loopback, default debounce)
 // holding 100 services x 100 endpoints in three zones, and 1,000 sidecar
-// ADS clients (discovery.ADSClient, the sidecar's own) in a separate
+// ADS clients (adsclient.Client, the sidecar's own) in a separate
 // process (this test binary re-executed as TestChurnSidecars), so the
 // benchmark process is the control plane alone. Each iteration flips one
 // endpoint between ready and not ready and waits until every sidecar has
@@ -233,7 +233,7 @@ func TestChurnSidecars(t *testing.T) {
 	for i := 0; i < benchSidecars; i++ {
 		var seen atomic.Int64
 		seen.Store(-1)
-		c, err := discovery.NewADSClient(discovery.ADSOptions{
+		c, err := adsclient.New(adsclient.Options{
 			Conn: conns[i%benchConns], Node: &corev3.Node{Id: fmt.Sprintf("sc%d.default", i)}, Delta: delta, Logger: quiet,
 			OnClusters: func(cs []config.Cluster) {
 				h, found := churnHealthy(cs, churned)

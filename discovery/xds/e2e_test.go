@@ -23,6 +23,8 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -96,7 +98,7 @@ func startControlPlane(t *testing.T, addr string, opts Options, setup func(*Serv
 
 // sidecar is an ADS client on its own connection.
 type sidecar struct {
-	c       *discovery.ADSClient
+	c       *adsclient.Client
 	mu      sync.Mutex
 	updates int // OnClusters calls
 	stop    func()
@@ -140,7 +142,7 @@ func startSidecar(t *testing.T, addr, nodeID string, delta bool, locality *corev
 		t.Fatal(err)
 	}
 	s := &sidecar{}
-	s.c, err = discovery.NewADSClient(discovery.ADSOptions{
+	s.c, err = adsclient.New(adsclient.Options{
 		Conn:  conn,
 		Node:  &corev3.Node{Id: nodeID, Locality: locality},
 		Delta: delta,
@@ -292,7 +294,7 @@ func TestEndToEnd(t *testing.T) {
 		b.waitReady(t)
 
 		cs := byName(a.c.Clusters())
-		eq(t, slices.Sorted(maps.Keys(cs)), []string{discovery.LocalClusterName, webCluster, echoCluster})
+		eq(t, slices.Sorted(maps.Keys(cs)), []string{meshmeta.LocalClusterName, webCluster, echoCluster})
 		echo := endpointsOf(cs[echoCluster])
 		eq(t, len(echo), 3)
 		r1 := func(z string) lb.Locality { return lb.Locality{Region: "r1", Zone: z} }
@@ -312,7 +314,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		eq(t, cs[echoCluster].Priorities, 2)
 		// Its local cluster is web's endpoints, at priority 0.
-		local := endpointsOf(cs[discovery.LocalClusterName])
+		local := endpointsOf(cs[meshmeta.LocalClusterName])
 		eq(t, len(local), 2)
 		eq(t, local["10.0.2.1:8080"].Locality, r1("a"))
 		eq(t, local["10.0.2.2:8080"].Priority, uint32(0))
@@ -325,7 +327,7 @@ func TestEndToEnd(t *testing.T) {
 
 		// Sidecar b is in zone b and has no local cluster.
 		bs := byName(b.c.Clusters())
-		if _, ok := bs[discovery.LocalClusterName]; ok {
+		if _, ok := bs[meshmeta.LocalClusterName]; ok {
 			t.Fatal("sidecar b got a local cluster")
 		}
 		beps := endpointsOf(bs[echoCluster])

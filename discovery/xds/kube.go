@@ -20,7 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -297,11 +297,11 @@ func lbEndpoint(ep endpoint) *endpointv3.LbEndpoint {
 		LoadBalancingWeight: wrapperspb.UInt32(1),
 	}
 	if ep.meshed {
-		fields := map[string]*structpb.Value{discovery.MeshedField: structpb.NewBoolValue(true)}
+		fields := map[string]*structpb.Value{meshmeta.MeshedField: structpb.NewBoolValue(true)}
 		if ep.identity != "" {
-			fields[discovery.IdentityField] = structpb.NewStringValue(ep.identity)
+			fields[meshmeta.IdentityField] = structpb.NewStringValue(ep.identity)
 		}
-		lbe.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{discovery.MetadataNamespace: {Fields: fields}}}
+		lbe.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{meshmeta.MetadataNamespace: {Fields: fields}}}
 	}
 	return lbe
 }
@@ -344,25 +344,25 @@ func buildCluster(name, host string, sp corev1.ServicePort, addrs []string, set 
 		}
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": opts}
 	}
-	svc := map[string]any{"service": host, "port": float64(sp.Port)}
+	svc := map[string]any{meshmeta.ServiceField: host, meshmeta.PortField: float64(sp.Port)}
 	if len(addrs) > 0 {
 		list := make([]any, len(addrs))
 		for i, a := range addrs {
 			list[i] = a
 		}
-		svc["addresses"] = list
+		svc[meshmeta.AddressesField] = list
 	}
 	md, err := structpb.NewStruct(svc)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
-	c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{discovery.MetadataNamespace: md}}
+	c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{meshmeta.MetadataNamespace: md}}
 	if set.timeout != nil || set.retry != nil {
 		ra, err := anypb.New(&routev3.RouteAction{Timeout: set.timeout, RetryPolicy: set.retry})
 		if err != nil {
 			return nil, fmt.Errorf("route metadata: %w", err)
 		}
-		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{discovery.RouteMetadataKey: ra}
+		c.Metadata.TypedFilterMetadata = map[string]*anypb.Any{meshmeta.RouteMetadataKey: ra}
 	}
 	return c, nil
 }

@@ -58,7 +58,7 @@ type Options struct {
 // the sidecar says in its xDS node.
 type ProxyInfo struct {
 	// LocalService is the Service of the sidecar's pod, whose endpoints
-	// become its discovery.LocalClusterName; zero: none. When the stream
+	// become its meshmeta.LocalClusterName; zero: none. When the stream
 	// is authenticated, its namespace must be the stream's.
 	LocalService types.NamespacedName
 	// Locality, when set, replaces the locality the sidecar reports (the

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -151,7 +151,7 @@ func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedNa
 	return gs
 }
 
-// localCluster returns discovery.LocalClusterName for a sidecar of svc:
+// localCluster returns meshmeta.LocalClusterName for a sidecar of svc:
 // the endpoints of the Service's first port (every port has the same
 // pods), at priority 0 as Envoy requires of a local cluster.
 func (g *generation) localCluster(svc k8stypes.NamespacedName, services map[k8stypes.NamespacedName]*translatedService) ([2]hashed, bool) {
@@ -168,12 +168,12 @@ func (g *generation) localCluster(svc k8stypes.NamespacedName, services map[k8st
 		return lc.resources, true
 	}
 	c := &clusterv3.Cluster{
-		Name:                 discovery.LocalClusterName,
+		Name:                 meshmeta.LocalClusterName,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     edsConfig(discovery.LocalClusterName),
+		EdsClusterConfig:     edsConfig(meshmeta.LocalClusterName),
 	}
 	cla := proto.Clone(t.clusters[0].LoadAssignment).(*endpointv3.ClusterLoadAssignment)
-	cla.ClusterName = discovery.LocalClusterName
+	cla.ClusterName = meshmeta.LocalClusterName
 	lc := [2]hashed{hashResource(c.Name, c), hashResource(cla.ClusterName, cla)}
 	g.local[svc] = localEntry{base: base, resources: lc}
 	return lc, true

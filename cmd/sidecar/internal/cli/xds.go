@@ -19,7 +19,8 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane"
-	"github.com/meshlet-dev/meshlet/discovery"
+	"github.com/meshlet-dev/meshlet/discovery/adsclient"
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 )
 
 // xdsSource merges the control plane's clusters and routes into the static
@@ -33,7 +34,7 @@ type xdsSource struct {
 	routes []config.Route
 	last   []config.Cluster // the last complete xDS set
 	conn   *grpc.ClientConn
-	client *discovery.ADSClient
+	client *adsclient.Client
 }
 
 // xdsDial says how to reach the control plane: TLS verified against caFile
@@ -89,7 +90,7 @@ func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *conf
 	}
 	x := &xdsSource{base: base, srv: srv, log: log, conn: conn}
 	loc := base.Node.Locality
-	x.client, err = discovery.NewADSClient(discovery.ADSOptions{
+	x.client, err = adsclient.New(adsclient.Options{
 		Conn: conn,
 		Node: &corev3.Node{Id: nodeID, Cluster: base.Node.Cluster,
 			Locality: &corev3.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}},
@@ -148,7 +149,7 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 			continue
 		}
 		cfg.Clusters = append(cfg.Clusters, c)
-		if c.Name == discovery.LocalClusterName && cfg.LocalCluster == "" {
+		if c.Name == meshmeta.LocalClusterName && cfg.LocalCluster == "" {
 			cfg.LocalCluster = c.Name
 		}
 	}

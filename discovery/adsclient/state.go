@@ -1,4 +1,4 @@
-package discovery
+package adsclient
 
 import (
 	"crypto/sha256"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -41,7 +42,7 @@ type cdsEntry struct {
 
 // edsEntry is one accepted load assignment.
 type edsEntry struct {
-	la      LoadAssignment
+	la      discovery.LoadAssignment
 	version string   // delta resource version
 	name    string   // cluster_name of the assignment
 	sum     [32]byte // SHA-256 of the encoded resource (state of the world)
@@ -103,26 +104,26 @@ func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route,
 func decodeCluster(i int, a *anypb.Any) (string, *cdsEntry, error) {
 	var c clusterv3.Cluster
 	if err := unmarshalResource(a, &c); err != nil {
-		return "", nil, fmt.Errorf("discovery: CDS resources[%d]: %w", i, err)
+		return "", nil, fmt.Errorf("adsclient: CDS resources[%d]: %w", i, err)
 	}
-	cl, err := TranslateEDSCluster(&c)
+	cl, err := discovery.TranslateEDSCluster(&c)
 	if err != nil {
 		return c.GetName(), nil, err
 	}
-	routes, err := ServiceRoutes(&c)
+	routes, err := discovery.ServiceRoutes(&c)
 	if err != nil {
 		return c.GetName(), nil, err
 	}
-	return c.GetName(), &cdsEntry{cluster: cl, routes: routes, eds: EDSServiceName(&c)}, nil
+	return c.GetName(), &cdsEntry{cluster: cl, routes: routes, eds: discovery.EDSServiceName(&c)}, nil
 }
 
 // decodeAssignment translates the i-th resource of an EDS response.
 func decodeAssignment(i int, a *anypb.Any) (string, *edsEntry, error) {
 	var cla endpointv3.ClusterLoadAssignment
 	if err := unmarshalResource(a, &cla); err != nil {
-		return "", nil, fmt.Errorf("discovery: EDS resources[%d]: %w", i, err)
+		return "", nil, fmt.Errorf("adsclient: EDS resources[%d]: %w", i, err)
 	}
-	la, err := TranslateEDSLoadAssignment(&cla)
+	la, err := discovery.TranslateEDSLoadAssignment(&cla)
 	if err != nil {
 		return cla.GetClusterName(), nil, err
 	}
@@ -179,7 +180,7 @@ func (s *adsState) applySotwCDS(resources []*anypb.Any) error {
 		case err != nil:
 			errs.add(err)
 		case next[name] != nil:
-			errs.add(fmt.Errorf("discovery: CDS resources[%d]: duplicate cluster %q", i, name))
+			errs.add(fmt.Errorf("adsclient: CDS resources[%d]: duplicate cluster %q", i, name))
 		default:
 			next[name] = e
 		}
@@ -240,14 +241,14 @@ func (s *adsState) applyAssignments(resources []*anypb.Any, names, versions []st
 			e.sum = sum
 		}
 		if err == nil && names != nil && name != names[i] {
-			err = fmt.Errorf("discovery: EDS resources[%d]: resource %q holds load assignment %q", i, names[i], name)
+			err = fmt.Errorf("adsclient: EDS resources[%d]: resource %q holds load assignment %q", i, names[i], name)
 		}
 		switch {
 		case err != nil:
 			errs.add(err)
 		case !need[name]:
 		case next[name] != nil:
-			errs.add(fmt.Errorf("discovery: EDS resources[%d]: duplicate load assignment %q", i, name))
+			errs.add(fmt.Errorf("adsclient: EDS resources[%d]: duplicate load assignment %q", i, name))
 		default:
 			if versions != nil {
 				e.version = versions[i]
@@ -272,7 +273,7 @@ func (s *adsState) applyDeltaCDS(resources []*discoveryResource, removed []strin
 		case err != nil:
 			errs.add(err)
 		case name != r.name:
-			errs.add(fmt.Errorf("discovery: CDS resources[%d]: resource %q holds cluster %q", i, r.name, name))
+			errs.add(fmt.Errorf("adsclient: CDS resources[%d]: resource %q holds cluster %q", i, r.name, name))
 		default:
 			e.version = r.version
 			next[name] = e
@@ -308,7 +309,7 @@ func (s *adsState) applyDeltaEDS(resources []*discoveryResource, removed []strin
 	}
 	for _, name := range removed {
 		if need[name] {
-			s.clas[name] = &edsEntry{la: LoadAssignment{OverprovisioningFactor: lb.DefaultOverprovisioningFactor}}
+			s.clas[name] = &edsEntry{la: discovery.LoadAssignment{OverprovisioningFactor: lb.DefaultOverprovisioningFactor}}
 		} else {
 			delete(s.clas, name)
 		}

@@ -1,4 +1,4 @@
-package discovery
+package adsclient
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // sotwStream speaks the state-of-the-world protocol: every request
 // restates its subscription and the last version accepted.
 type sotwStream struct {
-	c      *ADSClient
+	c      *Client
 	str    discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	nonces map[string]string // last nonce received, by type URL
 	// edsSent is the EDS subscription this stream last sent (nil: none).
@@ -36,7 +36,7 @@ func (s *sotwStream) send(req any) error {
 	r := req.(*discoveryv3.DiscoveryRequest)
 	r.Node = s.c.opts.Node
 	if err := s.str.Send(r); err != nil {
-		return fmt.Errorf("discovery: ads: send %s request: %w", r.GetTypeUrl(), err)
+		return fmt.Errorf("adsclient: send %s request: %w", r.GetTypeUrl(), err)
 	}
 	return nil
 }
@@ -86,7 +86,7 @@ func (s *sotwStream) syncEDS() error {
 // deltaStream speaks the incremental protocol: subscriptions change by
 // difference, and a new stream tells the server what it already has.
 type deltaStream struct {
-	c          *ADSClient
+	c          *Client
 	str        discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	subscribed map[string]bool // EDS names subscribed on this stream
 	edsStarted bool
@@ -112,7 +112,7 @@ func (d *deltaStream) send(req any) error {
 	r := req.(*discoveryv3.DeltaDiscoveryRequest)
 	r.Node = d.c.opts.Node
 	if err := d.str.Send(r); err != nil {
-		return fmt.Errorf("discovery: ads: send delta %s request: %w", r.GetTypeUrl(), err)
+		return fmt.Errorf("adsclient: send delta %s request: %w", r.GetTypeUrl(), err)
 	}
 	return nil
 }

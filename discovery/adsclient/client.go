@@ -1,4 +1,4 @@
-package discovery
+package adsclient
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 )
 
-// Defaults of ADSOptions.
+// Defaults of Options.InitialBackoff and Options.MaxBackoff.
 const (
-	DefaultADSInitialBackoff = 250 * time.Millisecond
-	DefaultADSMaxBackoff     = 30 * time.Second
+	defaultInitialBackoff = 250 * time.Millisecond
+	defaultMaxBackoff     = 30 * time.Second
 )
 
-// ADSOptions configure an ADSClient.
-type ADSOptions struct {
+// Options configure a Client.
+type Options struct {
 	// Conn is the connection to the control plane. Transport security and
 	// the ServiceAccount token (per-RPC credentials) are the caller's.
 	Conn grpc.ClientConnInterface
@@ -37,23 +37,23 @@ type ADSOptions struct {
 	Delta bool
 	// OnClusters receives every new complete set of clusters: each CDS
 	// cluster with the endpoints of its EDS assignment, sorted by name,
-	// including LocalClusterName when the control plane sends one. It is
-	// called from Run's goroutine and should not block for long; the
-	// slice is the callee's.
+	// including meshmeta.LocalClusterName when the control plane sends
+	// one. It is called from Run's goroutine and should not block for
+	// long; the slice is the callee's.
 	OnClusters func([]config.Cluster)
 	// OnRoutes, if set, receives the outbound routes of the same set (see
-	// ServiceRoutes), just before OnClusters.
+	// discovery.ServiceRoutes), just before OnClusters.
 	OnRoutes func([]config.Route)
 	// InitialBackoff and MaxBackoff bound the jittered exponential
-	// back-off between streams (DefaultADSInitialBackoff,
-	// DefaultADSMaxBackoff). A stream that received a response resets it.
+	// back-off between streams (default 250 ms and 30 s). A stream that
+	// received a response resets it.
 	InitialBackoff, MaxBackoff time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// ADSStats are an ADSClient's counters.
-type ADSStats struct {
+// Stats are a Client's counters.
+type Stats struct {
 	// Streams counts streams opened, Connected says whether the current
 	// one has received a response.
 	Streams   int
@@ -66,46 +66,47 @@ type ADSStats struct {
 	LastNACK    string
 }
 
-// ADSClient is the sidecar's ADS client. It subscribes to all clusters
-// (CDS) and to the load assignments (EDS) they name, translates them with
-// TranslateEDSCluster, ServiceRoutes and TranslateEDSLoadAssignment, ACKs
-// what translates and NACKs (with error_detail naming the failing field) a
-// response that does not, keeping what it had. Once every cluster has its
-// assignment, the complete set goes to OnClusters. It keeps the last good
-// configuration while the control plane is away and reconnects with
-// jittered back-off. Create it with NewADSClient, then call Run.
-type ADSClient struct {
-	opts  ADSOptions
+// Client is the sidecar's ADS client. It subscribes to all clusters (CDS)
+// and to the load assignments (EDS) they name, translates them with
+// discovery.TranslateEDSCluster, discovery.ServiceRoutes and
+// discovery.TranslateEDSLoadAssignment, ACKs what translates and NACKs
+// (with error_detail naming the failing field) a response that does not,
+// keeping what it had. Once every cluster has its assignment, the complete
+// set goes to OnClusters. It keeps the last good configuration while the
+// control plane is away and reconnects with jittered back-off. Create it
+// with New, then call Run.
+type Client struct {
+	opts  Options
 	log   *slog.Logger
 	ready chan struct{}
 
 	mu       sync.Mutex // guards the fields below, read by other goroutines
-	stats    ADSStats
+	stats    Stats
 	clusters []config.Cluster
 	routes   []config.Route
 
 	st adsState // owned by Run's goroutine
 }
 
-// NewADSClient checks opts and returns a client; Run starts it.
-func NewADSClient(opts ADSOptions) (*ADSClient, error) {
+// New checks opts and returns a client; Run starts it.
+func New(opts Options) (*Client, error) {
 	switch {
 	case opts.Conn == nil:
-		return nil, errors.New("discovery: ads: no connection")
+		return nil, errors.New("adsclient: no connection")
 	case opts.Node.GetId() == "":
-		return nil, errors.New("discovery: ads: node id required")
+		return nil, errors.New("adsclient: node id required")
 	}
 	if opts.InitialBackoff <= 0 {
-		opts.InitialBackoff = DefaultADSInitialBackoff
+		opts.InitialBackoff = defaultInitialBackoff
 	}
 	if opts.MaxBackoff < opts.InitialBackoff {
-		opts.MaxBackoff = max(DefaultADSMaxBackoff, opts.InitialBackoff)
+		opts.MaxBackoff = max(defaultMaxBackoff, opts.InitialBackoff)
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ADSClient{
+	return &Client{
 		opts:  opts,
 		log:   log.With("component", "ads", "node", opts.Node.GetId()),
 		ready: make(chan struct{}),
@@ -115,25 +116,25 @@ func NewADSClient(opts ADSOptions) (*ADSClient, error) {
 
 // Ready is closed once the first complete configuration has been
 // delivered: the sidecar's readiness.
-func (c *ADSClient) Ready() <-chan struct{} { return c.ready }
+func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // Clusters returns a copy of the last complete set of clusters delivered
 // (nil before the first).
-func (c *ADSClient) Clusters() []config.Cluster {
+func (c *Client) Clusters() []config.Cluster {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return cloneSlice(c.clusters)
 }
 
 // Routes returns a copy of the routes of the last complete set.
-func (c *ADSClient) Routes() []config.Route {
+func (c *Client) Routes() []config.Route {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return cloneSlice(c.routes)
 }
 
 // Stats returns a copy of the counters.
-func (c *ADSClient) Stats() ADSStats {
+func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
@@ -141,11 +142,11 @@ func (c *ADSClient) Stats() ADSStats {
 
 // Run keeps a stream to the control plane open until ctx is done, then
 // returns nil. Call it once.
-func (c *ADSClient) Run(ctx context.Context) error {
+func (c *Client) Run(ctx context.Context) error {
 	bo := backoff{min: c.opts.InitialBackoff, max: c.opts.MaxBackoff}
 	for {
 		responded, err := c.runStream(ctx)
-		c.update(func(s *ADSStats) { s.Connected = false })
+		c.update(func(s *Stats) { s.Connected = false })
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -164,7 +165,7 @@ func (c *ADSClient) Run(ctx context.Context) error {
 	}
 }
 
-func (c *ADSClient) update(f func(*ADSStats)) {
+func (c *Client) update(f func(*Stats)) {
 	c.mu.Lock()
 	f(&c.stats)
 	c.mu.Unlock()
@@ -187,7 +188,7 @@ type adsStream interface {
 
 // runStream runs one stream until it fails or ctx is done; responded says
 // whether any response arrived.
-func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
+func (c *Client) runStream(ctx context.Context) (responded bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(c.opts.Conn)
@@ -195,17 +196,17 @@ func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
 	if c.opts.Delta {
 		str, err := ads.DeltaAggregatedResources(sctx)
 		if err != nil {
-			return false, fmt.Errorf("discovery: ads: open delta stream: %w", err)
+			return false, fmt.Errorf("adsclient: open delta stream: %w", err)
 		}
 		s = &deltaStream{c: c, str: str, subscribed: map[string]bool{}}
 	} else {
 		str, err := ads.StreamAggregatedResources(sctx)
 		if err != nil {
-			return false, fmt.Errorf("discovery: ads: open stream: %w", err)
+			return false, fmt.Errorf("adsclient: open stream: %w", err)
 		}
 		s = &sotwStream{c: c, str: str, nonces: map[string]string{}}
 	}
-	c.update(func(st *ADSStats) { st.Streams++ })
+	c.update(func(st *Stats) { st.Streams++ })
 	if err := s.subscribe(); err != nil {
 		return false, err
 	}
@@ -249,11 +250,11 @@ func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
 			}
 		case r := <-recvCh:
 			if r.err != nil {
-				return responded, fmt.Errorf("discovery: ads: receive: %w", r.err)
+				return responded, fmt.Errorf("adsclient: receive: %w", r.err)
 			}
 			if !responded {
 				responded = true
-				c.update(func(st *ADSStats) { st.Connected = true })
+				c.update(func(st *Stats) { st.Connected = true })
 			}
 			req, typeURL, rejected := s.handle(r.resp)
 			if req == nil {
@@ -262,7 +263,7 @@ func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
 			delete(pending, typeURL) // superseded by this response
 			if rejected == nil {
 				delete(nacks, typeURL)
-				c.update(func(st *ADSStats) { st.ACKs++ })
+				c.update(func(st *Stats) { st.ACKs++ })
 				if err := s.send(req); err != nil {
 					return responded, err
 				}
@@ -273,7 +274,7 @@ func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
 				continue
 			}
 			nacks[typeURL]++
-			c.update(func(st *ADSStats) { st.NACKs++; st.LastNACK = rejected.Error() })
+			c.update(func(st *Stats) { st.NACKs++; st.LastNACK = rejected.Error() })
 			c.log.Error("ads: rejected response", "type", typeURL, "error", rejected)
 			if n := nacks[typeURL]; n > 1 {
 				pending[typeURL] = req
@@ -300,7 +301,7 @@ func (c *ADSClient) runStream(ctx context.Context) (responded bool, err error) {
 
 // publish delivers the state if it is complete and differs from the last
 // delivery.
-func (c *ADSClient) publish() {
+func (c *Client) publish() {
 	clusters, routes, ok := c.st.assemble()
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package discovery
+package adsclient
 
 import (
 	"testing"

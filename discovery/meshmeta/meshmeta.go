@@ -1,0 +1,45 @@
+// Package meshmeta holds the names meshlet's control plane (package
+// discovery/xds, in cmd/injector) and its sidecar (packages discovery and
+// discovery/adsclient, in cmd/sidecar) agree on beyond Envoy's own API: the
+// keys of meshlet's metadata on clusters and endpoints, and the local
+// cluster's name. It is constants only, so that the control plane need not
+// link the sidecar's translation to name them.
+package meshmeta
+
+// Metadata keys and the local cluster's name.
+const (
+	// MetadataNamespace is meshlet's filter_metadata key, on clusters (the
+	// Kubernetes service a cluster is for: ServiceField, PortField,
+	// AddressesField) and on endpoints (MeshedField, IdentityField).
+	MetadataNamespace = "meshlet.io"
+	// RouteMetadataKey is the typed_filter_metadata key of a cluster's
+	// envoy.config.route.v3.RouteAction, which carries the timeout and
+	// retry_policy of the routes to it (meshlet serves no RDS).
+	RouteMetadataKey = "meshlet.io/route"
+
+	// ServiceField is the string in a cluster's
+	// filter_metadata["meshlet.io"] naming the service host the cluster is
+	// for.
+	ServiceField = "service"
+	// PortField is the number in a cluster's filter_metadata["meshlet.io"]
+	// holding the service port.
+	PortField = "port"
+	// AddressesField is the list in a cluster's
+	// filter_metadata["meshlet.io"] holding the service's cluster IPs, the
+	// original destinations the sidecar routes to the cluster.
+	AddressesField = "addresses"
+
+	// MeshedField is the bool in an LbEndpoint's
+	// filter_metadata["meshlet.io"] saying that the endpoint's pod runs a
+	// meshlet sidecar, so it is reached with mTLS.
+	MeshedField = "meshed"
+	// IdentityField is the string in an LbEndpoint's
+	// filter_metadata["meshlet.io"] naming the SPIFFE ID the meshed
+	// endpoint must present (its pod's service account).
+	IdentityField = "identity"
+
+	// LocalClusterName is the cluster the control plane sends every
+	// sidecar with the endpoints of the sidecar's own service (Envoy's
+	// cluster_manager.local_cluster_name), for zone-aware routing.
+	LocalClusterName = "meshlet|local"
+)
