@@ -243,7 +243,7 @@ func (s *Server) hostCounts(c *cluster) map[string]hostSums {
 	out := map[string]hostSums{}
 	for _, w := range s.workers {
 		w.mu.Lock()
-		for addr, hc := range c.local[w.id].hosts {
+		for addr, hc := range c.perWorker[w.id].hosts {
 			v := out[addr]
 			v.rqTotal += hc.rqTotal.Load()
 			v.rqSuccess += hc.rqSuccess.Load()

@@ -30,7 +30,7 @@
 //     (streamidle.go) on the worker's clock (internal/clock);
 //   - the router (route match, retries, per-try timeouts, failure
 //     classification): http.go (serveRequest, route, tryOnce); header
-//     handling, forwarding and upgrades: forward.go;
+//     handling, proxying and upgrades: proxy.go (proxy);
 //   - upstream connections: dial, connect circuit breaker and counted
 //     connections in http.go (worker.dial); the HTTP/1.1 pool and Envoy's
 //     response framing rules: h1pool.go, with internal/h1 (fast.go: the fast response

@@ -91,7 +91,7 @@ type h1ServerConn struct {
 	respHdr h1.HeadScratch
 	// reqHdr is the header map of its requests read by h1.ReadRequestFast,
 	// reused unless a request lent it to a transport that may still read
-	// it (exchange.headerLent): then the next request starts a new one.
+	// it (activeStream.headerLent): then the next request starts a new one.
 	reqHdr h1.HeadScratch
 	// in holds the request read by h1.ReadRequestFast (its http.Request
 	// and URL) and store its upstream response: reused from request to
@@ -583,7 +583,7 @@ func (c *h1ServerConn) reqCtxKept(ctx context.Context, rw *h1Writer) bool {
 // had once it ended, so that the next request needs a new writer (and
 // context): its body reader (which points at the writer), an upgraded
 // stream, or a transport other than the HTTP/1.1 pool's own exchange
-// (exchange.ctxShared, which a lent header map implies). Such a
+// (activeStream.ctxShared, which a lent header map implies). Such a
 // transport may also keep the generated x-request-id, which shares the
 // writer's memory: an HTTP/2 connection's HPACK table keeps the strings
 // it encoded.
@@ -869,7 +869,7 @@ func (d *dcWatch) stop() {
 // reference to it behind (see serveH1): then the next gets a new one.
 type h1Writer struct {
 	c *h1ServerConn
-	h1Exchange
+	h1Response
 	// What the worker clock, a runtime timer or the server's stop may
 	// still reach after a request has ended (a clock lists a stopped
 	// alarm until its next tick, and a function that fired may be
@@ -881,7 +881,7 @@ type h1Writer struct {
 	live bool   // a request is in flight; guarded by mu
 	// routeOn: the route timeout is armed; routeGen is its alarm's
 	// generation (guarded by mu). routeTimeout is the alarm on the
-	// worker's clock (h1Exchange.routeTimer the runtime timer of a short
+	// worker's clock (h1Response.routeTimer the runtime timer of a short
 	// one).
 	routeOn      bool
 	routeGen     uint64
@@ -905,8 +905,8 @@ type h1Writer struct {
 	bodyErr atomic.Pointer[bodyError]
 }
 
-// h1Exchange is a writer's state for one request, zeroed for each.
-type h1Exchange struct {
+// h1Response is a writer's state for one request, zeroed for each.
+type h1Response struct {
 	req        *http.Request
 	header     http.Header
 	status     int
@@ -953,7 +953,7 @@ func newH1Writer(c *h1ServerConn) *h1Writer {
 // begin readies rw for the connection's next request.
 func (rw *h1Writer) begin() {
 	rw.mu.Lock()
-	rw.h1Exchange = h1Exchange{in: rw.c.in, store: &rw.c.store}
+	rw.h1Response = h1Response{in: rw.c.in, store: &rw.c.store}
 	rw.bodyErr.Store(nil)
 	rw.seq++
 	rw.timedOut, rw.readsEnded = false, false

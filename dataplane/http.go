@@ -1,5 +1,5 @@
 // This file is over 600 lines: routing, retries, forwarding and request
-// observation still share the exchange; they split when the request path
+// observation still share the activeStream; they split when the request path
 // is re-layered into its own packages (docs/architecture.md).
 
 package dataplane
@@ -43,9 +43,9 @@ import (
 // retry (Envoy's per-request buffer limit); bigger bodies are not retried.
 const maxRetryBody = 64 << 10
 
-// exchange is one downstream request's state, shared by the handler, the
-// forwarding and the router.
-type exchange struct {
+// activeStream is one downstream request's state (Envoy's name for it),
+// shared by the handler, the proxying and the router.
+type activeStream struct {
 	w       *worker
 	route   *routeState
 	cluster *cluster
@@ -81,7 +81,7 @@ type exchange struct {
 type httpScratch struct {
 	sw      statusWriter
 	cb      countingBody
-	ex      exchange
+	ex      activeStream
 	tried   [4]lb.HostID // ex.tried's first attempts
 	id      [36]byte     // a generated x-request-id
 	idValue [1]string
@@ -185,7 +185,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = exchange{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
+	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
 	if hget(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
@@ -288,7 +288,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		}
 	}
 	routeCtx = req.Context()
-	w.forward(sw, req, ex)
+	w.proxy(sw, req, ex)
 }
 
 // hget is h.Get for a key already in canonical form (every key the
@@ -365,7 +365,7 @@ var errRouteTimeout error = clock.Timeout("route timeout")
 // client went away (DC), the route timeout fired (UT), or else the
 // upstream's connection ended (UC), each with Envoy's response code
 // details.
-func (ex *exchange) midBodyFailure(downstream, route context.Context) {
+func (ex *activeStream) midBodyFailure(downstream, route context.Context) {
 	switch {
 	case errors.Is(context.Cause(downstream), errStreamIdleTimeout):
 		ex.flags |= respflag.SI
@@ -390,8 +390,8 @@ func (ex *exchange) midBodyFailure(downstream, route context.Context) {
 
 // downstreamBodyBroken reports whether the request's HTTP/1 body broke
 // its framing (h1Writer.bodyErr): then an attempt that failed failed for
-// that, and the exchange is flagged DPE with Envoy's http1.codec_error.
-func (ex *exchange) downstreamBodyBroken() bool {
+// that, and the stream is flagged DPE with Envoy's http1.codec_error.
+func (ex *activeStream) downstreamBodyBroken() bool {
 	hw := ex.h1
 	if hw == nil {
 		return false
@@ -407,7 +407,7 @@ func (ex *exchange) downstreamBodyBroken() bool {
 }
 
 // proxyError turns the router's final error into Envoy's local reply.
-func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
+func (w *worker) proxyError(rw http.ResponseWriter, ex *activeStream, err error) {
 	switch {
 	case ex.flags&respflag.DPE != 0:
 		// The client's body broke its framing: Envoy's codec answers
@@ -443,7 +443,7 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *exchange, err error) {
 }
 
 // localReply answers from the proxy itself, as Envoy's local replies do.
-func (w *worker) localReply(rw http.ResponseWriter, ex *exchange, code int, body string) {
+func (w *worker) localReply(rw http.ResponseWriter, ex *activeStream, code int, body string) {
 	h := rw.Header()
 	h.Set("Content-Type", "text/plain")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -498,7 +498,7 @@ func (b *bufferPool) Put(buf []byte) {
 
 // route is Envoy's router for one request: pick a host, try it with the
 // per-try timeout, decide about a retry, back off, try again.
-func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) {
+func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, error) {
 	c, route := ex.cluster, ex.route
 	policy := &route.cfg.Retry
 	var rs retry.State
@@ -566,7 +566,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 		} else {
-			reason, perTry := w.classify(req, ex, err, h)
+			reason, perTry := w.classifyFailure(req, ex, err, h)
 			if reason < 0 {
 				return nil, err // downstream gone or route timeout: no retry
 			}
@@ -597,7 +597,7 @@ func (w *worker) route(req *http.Request, ex *exchange) (*http.Response, error) 
 
 // noRetry records why an attempt that could have been retried was not:
 // the retry limit (URX) or the retry circuit breaker / budget (UO).
-func (ex *exchange) noRetry(d retry.Decision) {
+func (ex *activeStream) noRetry(d retry.Decision) {
 	switch d {
 	case retry.LimitExceeded:
 		ex.flags |= respflag.URX
@@ -619,7 +619,7 @@ func (w *worker) retryAllowed(c *cluster) bool {
 }
 
 // tryOnce sends one attempt to h.
-func (w *worker) tryOnce(req *http.Request, ex *exchange, h *lb.Host, perTry time.Duration) (*http.Response, error) {
+func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry time.Duration) (*http.Response, error) {
 	// The handler's request is the router's; only a per-try context (or
 	// a retry, whose earlier attempt the transport may still hold) needs
 	// a copy.
@@ -730,10 +730,10 @@ func (b *cancelBody) Close() error {
 	return err
 }
 
-// classify maps an attempt's error to an Envoy reset reason and response
+// classifyFailure maps an attempt's error to an Envoy reset reason and response
 // flags; reason < 0 means the request must end now (client gone, route
 // timeout). perTry reports a per-try timeout.
-func (w *worker) classify(req *http.Request, ex *exchange, err error, h *lb.Host) (reason int, perTry bool) {
+func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error, h *lb.Host) (reason int, perTry bool) {
 	c := ex.cluster
 	if ctxErr := req.Context().Err(); ctxErr != nil {
 		if errors.Is(context.Cause(req.Context()), errRouteTimeout) {
@@ -798,7 +798,7 @@ func isDeadline(err error) bool {
 
 // contextError records why the request context ended: the route timeout
 // (UT) or the downstream going away (DC).
-func (w *worker) contextError(req *http.Request, ex *exchange) error {
+func (w *worker) contextError(req *http.Request, ex *activeStream) error {
 	cause := context.Cause(req.Context())
 	if errors.Is(cause, errStreamIdleTimeout) {
 		ex.flags = ex.flags&^(respflag.UF|respflag.UC) | respflag.SI
@@ -1006,7 +1006,7 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 }
 
 // logHTTP writes the access-log line and the request metrics.
-func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *exchange, start time.Time) {
+func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *activeStream, start time.Time) {
 	d := time.Since(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	e := accesslog.Entry{
@@ -1029,7 +1029,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	w.requestStats(ex.cluster, &k).observe(d)
 }
 
-func (ex *exchange) clusterName() string {
+func (ex *activeStream) clusterName() string {
 	if ex.cluster == nil {
 		return ""
 	}

@@ -164,8 +164,8 @@ type cluster struct {
 	snap  atomic.Pointer[lb.Snapshot]
 	stats []*clusterStats // per worker
 
-	// local is each worker's own state of the cluster, by worker id.
-	local []clusterLocal
+	// perWorker is each worker's own state of the cluster, by worker id.
+	perWorker []workerCluster
 
 	rqActive, rqPending, retriesActive, cxActive atomic.Int64
 	// outlierStats is a copy the main loop publishes for scrapes.
@@ -272,7 +272,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	go s.mainLoop()
 	for _, w := range s.workers {
-		go s.forward(w)
+		go s.relayEvents(w)
 	}
 	s.startClusterLoops(st, nil)
 	if err := s.startAdmin(st.cfg); err != nil {
@@ -450,7 +450,7 @@ func sameLocal(a, b *config.Config) bool {
 // failed until checked". (Outlier ejections start afresh with the new
 // detector.)
 func (s *Server) newCluster(cc *config.Cluster, cfg *config.Config, local []lb.Endpoint, prev *cluster) (*cluster, error) {
-	c := &cluster{name: cc.Name, cfg: cc, stopped: make(chan struct{}), local: make([]clusterLocal, len(s.workers))}
+	c := &cluster{name: cc.Name, cfg: cc, stopped: make(chan struct{}), perWorker: make([]workerCluster, len(s.workers))}
 	s.statsMu.Lock()
 	shards := s.stats[cc.Name]
 	if shards == nil {
@@ -555,10 +555,10 @@ func (s *Server) report(ev event) {
 	}
 }
 
-// forward moves a worker's events to the main loop: a worker's request
+// relayEvents moves a worker's events to the main loop: a worker's request
 // goroutines only touch their own worker's queue, so reporting results
 // takes no lock shared with other workers.
-func (s *Server) forward(w *worker) {
+func (s *Server) relayEvents(w *worker) {
 	for {
 		select {
 		case ev := <-w.events:
@@ -695,7 +695,7 @@ func (s *Server) deliverOutlierSuccesses(c *cluster, addr string, except int) {
 			continue
 		}
 		w.mu.Lock()
-		if hs := c.local[w.id].hosts; addr == "" {
+		if hs := c.perWorker[w.id].hosts; addr == "" {
 			for a, hc := range hs {
 				put(a, hc)
 			}

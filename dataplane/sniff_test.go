@@ -45,9 +45,9 @@ func TestSniffRequestLine(t *testing.T) {
 		{"*1\r\n$4\r\nPING\r\n", kindTCP, true},
 		{"\x00\x00\x00\x08\x04\xd2\x16\x2f", kindTCP, true},
 	} {
-		k, done := classifyPrefix([]byte(c.in))
+		k, done := sniffPrefix([]byte(c.in))
 		if k != c.want || done != c.done {
-			t.Errorf("classifyPrefix(%q) = %v %v, want %v %v", c.in, k, done, c.want, c.done)
+			t.Errorf("sniffPrefix(%q) = %v %v, want %v %v", c.in, k, done, c.want, c.done)
 		}
 	}
 	// What is known when the client stops sending (or the buffer is
@@ -60,8 +60,8 @@ func TestSniffRequestLine(t *testing.T) {
 		{"", kindTCP}, {"\r\n", kindTCP}, {"PRI * HTTP/2.0\r\n", kindHTTP1}, {"\x16", kindTCP},
 		{"GET /" + strings.Repeat("a", 4090), kindHTTP1},
 	} {
-		if k := classifyEnd([]byte(c.in)); k != c.want {
-			t.Errorf("classifyEnd(%q) = %v, want %v", tail(c.in, 40), k, c.want)
+		if k := sniffEnd([]byte(c.in)); k != c.want {
+			t.Errorf("sniffEnd(%q) = %v, want %v", tail(c.in, 40), k, c.want)
 		}
 	}
 }

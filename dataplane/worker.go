@@ -211,7 +211,7 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // knowledge, an HTTP/1.x request line, or else opaque TCP. It reads until
 // it can tell (a request line to its end, up to the buffer's size) or the
 // client has sent nothing more within timeout (a server-first protocol, or
-// a client that has not said enough: see classifyEnd); timedOut says the
+// a client that has not said enough: see sniffEnd); timedOut says the
 // timeout ended it. Unlike Envoy's listener_filters_timeout, which closes
 // the connection unless continue_on_listener_filters_timeout is set,
 // meshlet always goes on, inbound too: an app's server-first protocol
@@ -223,18 +223,18 @@ func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) (kind proto
 	for want := 1; ; {
 		_, err := br.Peek(want)
 		b, _ := br.Peek(br.Buffered())
-		if k, done := classifyPrefix(b); done {
+		if k, done := sniffPrefix(b); done {
 			return k, false
 		}
 		if err != nil || len(b) == br.Size() {
-			return classifyEnd(b), errors.Is(err, os.ErrDeadlineExceeded)
+			return sniffEnd(b), errors.Is(err, os.ErrDeadlineExceeded)
 		}
 		want = len(b) + 1
 	}
 }
 
-// classifyPrefix decides as soon as the first bytes b allow (done).
-func classifyPrefix(b []byte) (k protoKind, done bool) {
+// sniffPrefix decides as soon as the first bytes b allow (done).
+func sniffPrefix(b []byte) (k protoKind, done bool) {
 	if len(b) >= 1 && b[0] == 0x16 { // a TLS handshake record?
 		switch {
 		case len(b) == 1:
@@ -259,13 +259,13 @@ func classifyPrefix(b []byte) (k protoKind, done bool) {
 	return kindTCP, false
 }
 
-// classifyEnd decides on the bytes b that arrived before the detection
+// sniffEnd decides on the bytes b that arrived before the detection
 // timeout, the client's end of stream or a full buffer: the start of a
 // request line as far as its target (a token method and a separator) is
 // HTTP/1 (a long target, or a client that sends its request line in
 // pieces); anything else is opaque TCP.
-func classifyEnd(b []byte) protoKind {
-	if k, done := classifyPrefix(b); done {
+func sniffEnd(b []byte) protoKind {
+	if k, done := sniffPrefix(b); done {
 		return k
 	}
 	if r := sniffRequestLine(b); r == sniffTarget || r == sniffLine {
@@ -428,7 +428,7 @@ func (w *worker) report(ev event) {
 		// in order: the main loop may take the event after later ones.
 		ev.worker = w.id
 		w.mu.Lock()
-		if hc := ev.cluster.local[w.id].hosts[ev.addr]; hc != nil {
+		if hc := ev.cluster.perWorker[w.id].hosts[ev.addr]; hc != nil {
 			ev.okBefore = hc.outlierOK.Swap(0)
 		}
 		w.mu.Unlock()
@@ -440,11 +440,11 @@ func (w *worker) report(ev event) {
 	}
 }
 
-// clusterLocal is one worker's state of one cluster (cluster.local[w.id],
+// workerCluster is one worker's state of one cluster (cluster.perWorker[w.id],
 // guarded by the worker's mutex), reached without a map lookup: its
 // picker, its per-host counters, its plain upstream pool and the request
 // metrics of the label set its last request had.
-type clusterLocal struct {
+type workerCluster struct {
 	picker *lb.Picker
 	hosts  map[string]*hostCounters
 	plain  http.RoundTripper
@@ -460,7 +460,7 @@ func (w *worker) pick(c *cluster, ctx *lb.PickContext) (*lb.Host, *hostCounters)
 	snap := c.snap.Load()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cl := &c.local[w.id]
+	cl := &c.perWorker[w.id]
 	p := cl.picker
 	if p == nil {
 		p = lb.NewPicker(w.rnd, &c.stats[w.id].lb)
@@ -530,7 +530,7 @@ func (w *worker) reportCode(c *cluster, addr string, hc *hostCounters, code int)
 // release ends the request counted on h by pick.
 func (w *worker) release(c *cluster, h *lb.Host) {
 	w.mu.Lock()
-	if p := c.local[w.id].picker; p != nil {
+	if p := c.perWorker[w.id].picker; p != nil {
 		p.RequestFinished(h)
 	}
 	w.mu.Unlock()
@@ -541,7 +541,7 @@ func (w *worker) release(c *cluster, h *lb.Host) {
 func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cl := &c.local[w.id]
+	cl := &c.perWorker[w.id]
 	if kind == transportPlain && cl.plain != nil {
 		return cl.plain
 	}
@@ -567,9 +567,9 @@ func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
 func (w *worker) requestStats(c *cluster, k *requestKey) *requestStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var cl *clusterLocal
+	var cl *workerCluster
 	if c != nil {
-		if cl = &c.local[w.id]; cl.reqStats != nil && cl.reqKey == *k {
+		if cl = &c.perWorker[w.id]; cl.reqStats != nil && cl.reqKey == *k {
 			return cl.reqStats
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
-// forward sends a routed request upstream through the router (route) and
+// proxy sends a routed request upstream through the router (route) and
 // copies the response back: the HTTP work of Envoy's router filter. The
 // request is the handler's own and is changed in place (no copy per
 // request, as httputil.ReverseProxy makes, with its headers):
@@ -35,7 +35,7 @@ import (
 // once. Trailers follow the body. A body that breaks off after the
 // headers went out aborts the downstream response (http.ErrAbortHandler:
 // the connection or stream is reset, and serveHTTP flags why).
-func (w *worker) forward(rw http.ResponseWriter, req *http.Request, ex *exchange) {
+func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStream) {
 	if req.ContentLength == 0 {
 		req.Body = nil
 	}
@@ -199,7 +199,7 @@ func bodyReady(body io.Reader) bool {
 // switchProtocols completes an Upgrade: the upstream's 101 goes to the
 // client, then bytes are copied both ways until either side ends or the
 // request is cancelled.
-func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res *http.Response, reqUp string, ex *exchange) {
+func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res *http.Response, reqUp string, ex *activeStream) {
 	fail := func(msg string) {
 		res.Body.Close()
 		ex.details = "upgrade_failed"
