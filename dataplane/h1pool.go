@@ -179,8 +179,16 @@ var aLongTimeAgo = time.Unix(1, 0)
 // (it would pool one before looking for bytes after the response).
 const maxPooledBody = 64 << 10
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper, for a request that no HTTP/1
+// server request stands behind (health checks, HTTP/2 downstreams).
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	return p.send(req, nil)
+}
+
+// send sends req; down, if not nil, is the writer of the HTTP/1 server
+// request that req is an attempt of, whose storage the response reuses
+// and whose upstream abort cuts the connection when the request ends.
+func (p *h1Pool) send(req *http.Request, down *h1Writer) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
 	}
@@ -199,7 +207,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, nothingRead, err := p.roundTrip(pc, req, body)
+		resp, nothingRead, err := p.roundTrip(pc, req, body, down)
 		if err == nil {
 			return resp, nil
 		}
@@ -302,20 +310,25 @@ func (pc *h1Conn) countProtocolError() {
 	}
 }
 
-// roundTrip sends req, with body (read from req.Body by RoundTrip), on pc
-// and reads the response head. nothingRead reports a failure before any
-// byte of the response.
-func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte) (resp *http.Response, nothingRead bool, err error) {
+// roundTrip sends req, with body (read from req.Body by send), on pc
+// and reads the response head; down is send's. nothingRead reports a
+// failure before any byte of the response.
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Writer) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
-	rw, own := serverRequest(req)
 	var st *respStore // the response's storage: the server request's
-	if rw != nil {
-		st = rw.store
+	// own: req has the server request's own context (not one derived for
+	// a per-try timeout), every end of which (route timeout, client gone,
+	// server stop) fires the writer's upstream abort; otherwise the
+	// context is watched here.
+	own := false
+	if down != nil {
+		st = down.store
+		own = down.req.Context() == req.Context()
 	}
 	if own {
-		ab := &rw.abort
+		ab := &down.abort
 		ab.watch(pc.conn)
 		stop.abort = ab
 	} else {

@@ -350,9 +350,9 @@ func (w *worker) serveH1(sc *sniffedConn) {
 	// server's stop. (One context with the three values, not three
 	// nested ones: a request's context asks its parent for Done when it
 	// is made and when it ends, and each lookup walked the chain.)
-	base := &h1ConnCtx{Context: context.WithoutCancel(w.s.ctx), srv: w.httpSrv, info: sc.info, c: c}
+	base := &h1ConnCtx{Context: context.WithoutCancel(w.s.ctx), srv: w.httpSrv, info: sc.info}
 	// The server's stop ends the request in flight and aborts its
-	// upstream exchange (serverRequest): one watch per connection, not
+	// upstream exchange (h1Pool.send): one watch per connection, not
 	// per request.
 	defer func() {
 		if c.reqCancel != nil {
@@ -887,7 +887,7 @@ type h1Writer struct {
 	routeGen     uint64
 	routeTimeout clock.Alarm
 	watch        dcWatch
-	// abort is the request's upstream HTTP/1.1 exchange (serverRequest).
+	// abort is the request's upstream HTTP/1.1 exchange (h1Pool.send gets the writer).
 	abort upstreamAbort
 	// idle is the request's stream idle timeout. timedOut says a
 	// timeout (route or stream idle) fired for the request in flight,
@@ -1072,25 +1072,19 @@ func (rw *h1Writer) cancelRequest(cause error) {
 	rw.abort.fire()
 }
 
-// h1ConnKey is the context key of a request's *h1ServerConn.
-type h1ConnKey struct{}
-
 // h1ConnCtx is the context of a connection's requests: the server's
 // values (it embeds the server's context without its cancellation) and
-// the connection's: http.ServerContextKey, connInfoKey and h1ConnKey,
-// each boxed once. It is never done.
+// the connection's: http.ServerContextKey and connInfoKey, each boxed
+// once. It is never done.
 type h1ConnCtx struct {
 	context.Context
 	srv  any // *http.Server
 	info any // connInfo
-	c    *h1ServerConn
 }
 
 // Value returns the connection's values, else the server context's.
 func (x *h1ConnCtx) Value(key any) any {
 	switch key {
-	case h1ConnKey{}:
-		return x.c
 	case connInfoKey{}:
 		return x.info
 	case http.ServerContextKey:
@@ -1104,24 +1098,6 @@ func (x *h1ConnCtx) Done() <-chan struct{} { return nil }
 
 // Err is nil: the context is never cancelled.
 func (x *h1ConnCtx) Err() error { return nil }
-
-// serverRequest is the writer of the HTTP/1 server request that req (an
-// upstream attempt) serves, or nil. own reports that req has that
-// request's own context (not one derived for a per-try timeout): every end
-// of that context (route timeout, client gone, server stop) fires the
-// writer's upstream abort; otherwise the caller watches the context
-// itself.
-func serverRequest(req *http.Request) (rw *h1Writer, own bool) {
-	ctx := req.Context()
-	c, _ := ctx.Value(h1ConnKey{}).(*h1ServerConn)
-	if c == nil {
-		return nil, false
-	}
-	if rw = c.cur.Load(); rw == nil {
-		return nil, false
-	}
-	return rw, rw.req.Context() == ctx
-}
 
 // upstreamAbort cuts a request's upstream connection (a deadline in the
 // past) when the request ends early, as a context.AfterFunc on the

@@ -660,7 +660,15 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 			b.sendContinue()
 		}
 	}
-	resp, err := t.RoundTrip(out)
+	var resp *http.Response
+	var err error
+	if pooled {
+		// The pool gets the server request's writer explicitly (nil for
+		// HTTP/2): its response storage and upstream abort.
+		resp, err = p.send(out, ex.h1)
+	} else {
+		resp, err = t.RoundTrip(out)
+	}
 	if cancel != nil {
 		if err != nil {
 			// A transport reports its context's end as context.Canceled

@@ -119,7 +119,7 @@ func workerLocal(fn string) bool {
 		"github.com/meshlet-dev/meshlet/dataplane.(*bufferPool)", "github.com/meshlet-dev/meshlet/dataplane.(*worker).report",
 		// one worker's HTTP/1.1 pool for one cluster (worker.transport),
 		// one worker's clock (worker.clock)
-		"github.com/meshlet-dev/meshlet/dataplane.(*clock)",
+		"github.com/meshlet-dev/meshlet/dataplane/internal/clock.(*Clock)",
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1Pool)",
 		// one downstream connection, one request's disconnect watch
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1ServerConn)", "github.com/meshlet-dev/meshlet/dataplane.(*dcWatch)",
@@ -139,7 +139,7 @@ func workerLocal(fn string) bool {
 // offRequestPath owners run in the data plane's own goroutines.
 func offRequestPath(fn string) bool {
 	fn = strings.TrimPrefix(fn, "github.com/meshlet-dev/meshlet/dataplane.")
-	for _, p := range []string{"(*Server).forward", "(*Server).mainLoop", "(*Server).outlierTicker", "(*accessLogger).flush", "(*accessLogger).run", "(*healthChecker)", "(*httpProber)"} {
+	for _, p := range []string{"(*Server).relayEvents", "(*Server).mainLoop", "(*Server).outlierTicker", "(*accessLogger).flush", "(*accessLogger).run", "(*healthChecker)", "(*httpProber)"} {
 		if strings.HasPrefix(fn, p) {
 			return true
 		}
