@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -342,11 +343,11 @@ func (s *Server) flatStats() []statValue {
 	for _, name := range st.clusterNames() {
 		c := st.clusters[name]
 		stat := func(n string, v int64, gauge bool) { envoyStat("cluster", name, n, v, gauge) }
-		for i, n := range clusterCounterNames {
-			stat(n, int64(sumCounter(c, clusterCounter(i))), false)
+		for i, n := range stats.CounterNames {
+			stat(n, int64(sumCounter(c, stats.Counter(i))), false)
 		}
-		for i, n := range clusterGaugeNames {
-			stat(n, sumGauge(c, clusterGauge(i)), true)
+		for i, n := range stats.GaugeNames {
+			stat(n, sumGauge(c, stats.Gauge(i)), true)
 		}
 		lbs := sumLB(c)
 		for _, n := range lb.StatNames {
@@ -373,14 +374,14 @@ func (s *Server) flatStats() []statValue {
 			continue
 		}
 		hs := s.httpStatsFor(ls.cfg.Name)
-		envoyStat("http", ls.cfg.Name, "downstream_cx_protocol_error", int64(hs.downstreamCxProtocolError.Load()), false)
-		envoyStat("http", ls.cfg.Name, "downstream_rq_idle_timeout", int64(hs.downstreamRqIdleTimeout.Load()), false)
-		envoyStat("http", ls.cfg.Name, "downstream_rq_too_many_premature_resets", int64(hs.downstreamRqTooManyPrematureResets.Load()), false)
+		envoyStat("http", ls.cfg.Name, "downstream_cx_protocol_error", int64(hs.DownstreamCxProtocolError.Load()), false)
+		envoyStat("http", ls.cfg.Name, "downstream_rq_idle_timeout", int64(hs.DownstreamRqIdleTimeout.Load()), false)
+		envoyStat("http", ls.cfg.Name, "downstream_rq_too_many_premature_resets", int64(hs.DownstreamRqTooManyPrematureResets.Load()), false)
 	}
 	for _, name := range st.clusterNames() {
 		var n uint64
 		for _, cs := range st.clusters[name].stats {
-			n += cs.tcpIdleTimeout.Load()
+			n += cs.TCPIdleTimeout.Load()
 		}
 		envoyStat("tcp", name, "idle_timeout", int64(n), false)
 	}
@@ -409,18 +410,18 @@ func (s *Server) flatStats() []statValue {
 	return out
 }
 
-func sumCounter(c *cluster, i clusterCounter) uint64 {
+func sumCounter(c *cluster, i stats.Counter) uint64 {
 	var n uint64
 	for _, st := range c.stats {
-		n += st.get(i)
+		n += st.Get(i)
 	}
 	return n
 }
 
-func sumGauge(c *cluster, i clusterGauge) int64 {
+func sumGauge(c *cluster, i stats.Gauge) int64 {
 	var n int64
 	for _, st := range c.stats {
-		n += st.getGauge(i)
+		n += st.GaugeValue(i)
 	}
 	return n
 }
@@ -428,7 +429,7 @@ func sumGauge(c *cluster, i clusterGauge) int64 {
 func sumLB(c *cluster) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, st := range c.stats {
-		st.lb.Each(func(n string, v uint64) { out[n] += v })
+		st.LB.Each(func(n string, v uint64) { out[n] += v })
 	}
 	return out
 }
@@ -567,9 +568,9 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 	type agg struct {
 		count   uint64
 		sumUs   uint64
-		buckets [len(durationBucketsMs)]uint64
+		buckets [len(stats.DurationBucketsMs)]uint64
 	}
-	sums := map[requestKey]*agg{}
+	sums := map[stats.RequestKey]*agg{}
 	for _, w := range c.s.workers {
 		w.mu.Lock()
 		for k, r := range w.requests {
@@ -578,10 +579,10 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 				a = &agg{}
 				sums[k] = a
 			}
-			a.count += r.count.Load()
-			a.sumUs += r.sumUs.Load()
+			a.count += r.Count.Load()
+			a.sumUs += r.SumUs.Load()
 			for i := range a.buckets {
-				a.buckets[i] += r.buckets[i].Load()
+				a.buckets[i] += r.Buckets[i].Load()
 			}
 		}
 		w.mu.Unlock()
@@ -596,13 +597,13 @@ func (c *collector) collectRequests(ch chan<- prometheus.Metric, st *state) {
 		workload = "unknown"
 	}
 	for k, a := range sums {
-		svcName := serviceShortName(k.service)
-		vals := []string{k.reporter, workload, orUnknown(k.sourcePrincipal), orUnknown(k.destPrincipal), k.service, svcName, k.cluster,
-			k.protocol, strconv.Itoa(k.code), k.flags.Short(), orUnknown(k.security)}
+		svcName := serviceShortName(k.Service)
+		vals := []string{k.Reporter, workload, orUnknown(k.SourcePrincipal), orUnknown(k.DestPrincipal), k.Service, svcName, k.Cluster,
+			k.Protocol, strconv.Itoa(k.Code), k.Flags.Short(), orUnknown(k.Security)}
 		ch <- prometheus.MustNewConstMetric(total, prometheus.CounterValue, float64(a.count), vals...)
 		cum := map[float64]uint64{}
 		var run uint64
-		for i, b := range durationBucketsMs {
+		for i, b := range stats.DurationBucketsMs {
 			run += a.buckets[i]
 			cum[b/1000] = run
 		}

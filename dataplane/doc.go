@@ -40,6 +40,6 @@
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;
 //   - observation: the access log (accesslog.go), statistics and
-//     Prometheus names (stats.go), the admin, health and metrics endpoints
+//     Prometheus names (internal/stats; the label rules in stats.go), the admin, health and metrics endpoints
 //     (admin.go).
 package dataplane

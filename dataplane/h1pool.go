@@ -7,6 +7,7 @@ package dataplane
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"bufio"
 	"bytes"
@@ -132,7 +133,7 @@ type queuedWriter struct {
 
 func (w queuedWriter) Write(p []byte) (int, error) {
 	w.q.QueueForRead(p)
-	w.cc.st.add(cUpstreamCxTxBytesTotal, uint64(len(p)))
+	w.cc.st.Add(stats.UpstreamCxTxBytesTotal, uint64(len(p)))
 	return len(p), nil
 }
 
@@ -306,7 +307,7 @@ func is408(b []byte) bool {
 // error (Envoy's upstream_cx_protocol_error).
 func (pc *h1Conn) countProtocolError() {
 	if cc, ok := pc.conn.(*countedConn); ok {
-		cc.st.inc(cUpstreamCxProtocolError)
+		cc.st.Inc(stats.UpstreamCxProtocolError)
 	}
 }
 

@@ -51,7 +51,7 @@ func (w *worker) endStream(st *state, info connInfo, streamDone bool, responded 
 	if !info.h2.streamEnded(premature) {
 		return
 	}
-	w.s.listenerHTTPStats(st, info).downstreamRqTooManyPrematureResets.Add(1)
+	w.s.listenerHTTPStats(st, info).DownstreamRqTooManyPrematureResets.Add(1)
 	w.s.log.Debug("closing an HTTP/2 connection: too many premature stream resets", "peer", info.src,
 		"streams", info.h2.closed.Load(), "premature_resets", info.h2.premature.Load())
 	_ = info.h2.conn.Close()

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -65,7 +66,7 @@ func (h *healthChecker) start() {
 // which switches probing from no_traffic_interval to interval.
 func (h *healthChecker) hadTraffic() bool {
 	for _, st := range h.c.stats {
-		if st.get(cUpstreamCxTotal) > 0 {
+		if st.Get(stats.UpstreamCxTotal) > 0 {
 			return true
 		}
 	}

@@ -7,6 +7,7 @@ package dataplane
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 
@@ -49,7 +50,7 @@ type activeStream struct {
 	w       *worker
 	route   *routeState
 	cluster *cluster
-	stats   *clusterStats
+	stats   *stats.Cluster
 	body    []byte // buffered body for retries; nil: not replayable
 	flags   respflag.Flags
 	details string // %RESPONSE_CODE_DETAILS%
@@ -202,8 +203,8 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		}
 		if admitted != nil {
 			admitted.rqActive.Add(-1)
-			ex.stats.gauge(gUpstreamRqActive, -1)
-			ex.stats.inc(cUpstreamRqCompleted)
+			ex.stats.AddGauge(stats.UpstreamRqActive, -1)
+			ex.stats.Inc(stats.UpstreamRqCompleted)
 		}
 		if ex.flags&respflag.SI != 0 {
 			w.s.countStreamIdleTimeout(st, info)
@@ -234,19 +235,19 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	ex.route, ex.cluster = route, route.cluster
 	c := route.cluster
 	ex.stats = c.stats[w.id]
-	ex.stats.inc(cUpstreamRqTotal)
+	ex.stats.Inc(stats.UpstreamRqTotal)
 
 	// Circuit breaker: max_requests (Envoy counts the overflow as pending).
 	cb2 := &c.cfg.CircuitBreakers
 	if n := c.rqActive.Add(1); !cb2.RequestAllowed(uint64(n - 1)) {
 		c.rqActive.Add(-1)
-		ex.stats.inc(cUpstreamRqPendingOverflow)
+		ex.stats.Inc(stats.UpstreamRqPendingOverflow)
 		ex.flags |= respflag.UO
 		ex.details = "overflow"
 		w.localReply(sw, ex, http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: overflow")
 		return
 	}
-	ex.stats.gauge(gUpstreamRqActive, 1)
+	ex.stats.AddGauge(stats.UpstreamRqActive, 1)
 	admitted = c
 
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
@@ -374,7 +375,7 @@ func (ex *activeStream) midBodyFailure(downstream, route context.Context) {
 		ex.flags |= respflag.UT
 		ex.details = "upstream_response_timeout"
 		if ex.stats != nil {
-			ex.stats.inc(cUpstreamRqTimeout)
+			ex.stats.Inc(stats.UpstreamRqTimeout)
 		}
 	case downstream.Err() != nil:
 		ex.flags |= respflag.DC
@@ -383,7 +384,7 @@ func (ex *activeStream) midBodyFailure(downstream, route context.Context) {
 		ex.flags |= respflag.UC
 		ex.details = "upstream_reset_after_response_started{connection_termination}"
 		if ex.stats != nil {
-			ex.stats.inc(cUpstreamRqRxReset)
+			ex.stats.Inc(stats.UpstreamRqRxReset)
 		}
 	}
 }
@@ -523,7 +524,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		pc := lb.PickContext{Previous: ex.tried, SelectionRetries: maxSel, RetryPriority: rs.RetryPriority()}
 		h, hc := w.pick(c, &pc)
 		if h == nil {
-			ex.stats.inc(cUpstreamCxNoneHealthy)
+			ex.stats.Inc(stats.UpstreamCxNoneHealthy)
 			ex.flags |= respflag.UH
 			ex.details = "no_healthy_upstream"
 			return nil, errNoHealthyUpstream
@@ -553,12 +554,12 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		var backoff time.Duration
 		if err == nil {
 			w.reportCode(c, h.Address, hc, resp.StatusCode)
-			ex.stats.countCode(resp.StatusCode)
+			ex.stats.CountCode(resp.StatusCode)
 			decision, backoff = rs.OnResponse(resp.StatusCode, hget(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != retry.Yes {
 				ex.noRetry(decision)
 				if attempt > 0 && decision == retry.No {
-					ex.stats.inc(cUpstreamRqRetrySuccess)
+					ex.stats.Inc(stats.UpstreamRqRetrySuccess)
 				}
 				return resp, nil
 			}
@@ -581,7 +582,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 			}
 			ex.flags &^= respflag.UF | respflag.UC | respflag.UT | respflag.UR | respflag.UPE
 		}
-		ex.stats.inc(cUpstreamRqRetry)
+		ex.stats.Inc(stats.UpstreamRqRetry)
 		c.retriesActive.Add(1)
 		t := time.NewTimer(backoff)
 		select {
@@ -601,10 +602,10 @@ func (ex *activeStream) noRetry(d retry.Decision) {
 	switch d {
 	case retry.LimitExceeded:
 		ex.flags |= respflag.URX
-		ex.stats.inc(cUpstreamRqRetryLimitExceeded)
+		ex.stats.Inc(stats.UpstreamRqRetryLimitExceeded)
 	case retry.Overflow:
 		ex.flags |= respflag.UO
-		ex.stats.inc(cUpstreamRqRetryOverflow)
+		ex.stats.Inc(stats.UpstreamRqRetryOverflow)
 	}
 }
 
@@ -770,7 +771,7 @@ func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error,
 		}
 		return int(retry.ResetConnectionFailure), false
 	case errors.Is(err, errPerTryTimeout) || errors.Is(context.Cause(req.Context()), errPerTryTimeout) || isDeadline(err):
-		ex.stats.inc(cUpstreamRqPerTryTimeout)
+		ex.stats.Inc(stats.UpstreamRqPerTryTimeout)
 		ex.flags |= respflag.UT
 		ex.details = "upstream_per_try_timeout"
 		w.report(event{kind: evLocalOrigin, cluster: c, addr: h.Address, local: lb.LocalOriginTimeout})
@@ -783,7 +784,7 @@ func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error,
 		ex.flags |= respflag.UPE
 		ex.failure = err.Error()
 		ex.details = "upstream_reset_before_response_started{protocol_error}"
-		ex.stats.inc(cUpstreamRqTxReset)
+		ex.stats.Inc(stats.UpstreamRqTxReset)
 		return int(retry.ResetProtocolError), false
 	}
 	var se http2.StreamError
@@ -795,7 +796,7 @@ func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error,
 	ex.flags |= respflag.UC
 	ex.failure = err.Error()
 	ex.details = "upstream_reset_before_response_started{connection_termination}"
-	ex.stats.inc(cUpstreamRqRxReset)
+	ex.stats.Inc(stats.UpstreamRqRxReset)
 	return int(retry.ResetConnectionTermination), false
 }
 
@@ -816,7 +817,7 @@ func (w *worker) contextError(req *http.Request, ex *activeStream) error {
 	if errors.Is(cause, errRouteTimeout) {
 		ex.flags = ex.flags&^(respflag.UF|respflag.UC) | respflag.UT
 		ex.details = "upstream_response_timeout"
-		ex.stats.inc(cUpstreamRqTimeout)
+		ex.stats.Inc(stats.UpstreamRqTimeout)
 		return errRouteTimeout
 	}
 	ex.flags |= respflag.DC
@@ -870,36 +871,36 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 	st := c.stats[w.id]
 	if n := c.rqPending.Add(1); !c.cfg.CircuitBreakers.PendingRequestAllowed(uint64(n - 1)) {
 		c.rqPending.Add(-1)
-		st.inc(cUpstreamRqPendingOverflow)
+		st.Inc(stats.UpstreamRqPendingOverflow)
 		return nil, &connectError{addr: addr, overflow: true}
 	}
-	st.gauge(gUpstreamRqPendingActive, 1)
+	st.AddGauge(stats.UpstreamRqPendingActive, 1)
 	defer func() {
 		c.rqPending.Add(-1)
-		st.gauge(gUpstreamRqPendingActive, -1)
+		st.AddGauge(stats.UpstreamRqPendingActive, -1)
 	}()
 	if n := c.cxActive.Add(1); !c.cfg.CircuitBreakers.ConnectionAllowed(uint64(n - 1)) {
 		c.cxActive.Add(-1)
-		st.inc(cUpstreamCxOverflow)
+		st.Inc(stats.UpstreamCxOverflow)
 		return nil, &connectError{addr: addr, overflow: true}
 	}
-	st.inc(cUpstreamCxTotal)
+	st.Inc(stats.UpstreamCxTotal)
 	d := net.Dialer{Timeout: c.cfg.ConnectTimeout}
 	d.SetMultipathTCP(false)
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		c.cxActive.Add(-1)
-		st.inc(cUpstreamCxConnectFail)
+		st.Inc(stats.UpstreamCxConnectFail)
 		ce := &connectError{addr: addr, err: err, timeout: isDeadline(err) && ctx.Err() == nil}
 		if ce.timeout {
-			st.inc(cUpstreamCxConnectTimeout)
+			st.Inc(stats.UpstreamCxConnectTimeout)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, ce
 	}
-	st.gauge(gUpstreamCxActive, 1)
+	st.AddGauge(stats.UpstreamCxActive, 1)
 	cc := &countedConn{Conn: conn, raw: conn, c: c, st: st}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		cc.raw = rawio.IO(tc)
@@ -912,40 +913,40 @@ type countedConn struct {
 	net.Conn
 	raw  io.ReadWriter // the socket's raw reads and writes (rawio.Socket), or Conn
 	c    *cluster
-	st   *clusterStats
+	st   *stats.Cluster
 	once sync.Once
 }
 
 func (cc *countedConn) Read(p []byte) (int, error) {
 	n, err := cc.raw.Read(p)
-	cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+	cc.st.Add(stats.UpstreamCxRxBytesTotal, uint64(n))
 	return n, err
 }
 
 func (cc *countedConn) Write(p []byte) (int, error) {
 	n, err := cc.raw.Write(p)
-	cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+	cc.st.Add(stats.UpstreamCxTxBytesTotal, uint64(n))
 	return n, err
 }
 
 // ReadFrom and WriteTo keep splice(2) between sockets for the TCP proxy.
 func (cc *countedConn) ReadFrom(r io.Reader) (int64, error) {
 	n, err := io.Copy(cc.Conn, r)
-	cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+	cc.st.Add(stats.UpstreamCxTxBytesTotal, uint64(n))
 	return n, err
 }
 
 func (cc *countedConn) WriteTo(w io.Writer) (int64, error) {
 	n, err := io.Copy(w, cc.Conn)
-	cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+	cc.st.Add(stats.UpstreamCxRxBytesTotal, uint64(n))
 	return n, err
 }
 
 func (cc *countedConn) Close() error {
 	cc.once.Do(func() {
 		cc.c.cxActive.Add(-1)
-		cc.st.gauge(gUpstreamCxActive, -1)
-		cc.st.inc(cUpstreamCxDestroy)
+		cc.st.AddGauge(stats.UpstreamCxActive, -1)
+		cc.st.Inc(stats.UpstreamCxDestroy)
 	})
 	return cc.Conn.Close()
 }
@@ -1032,9 +1033,9 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	if ex.grpc {
 		proto = "grpc"
 	}
-	k := requestKey{service: serviceName(req.Host, info.dst), cluster: ex.clusterName(), protocol: proto, code: code, flags: ex.flags}
+	k := stats.RequestKey{Service: serviceName(req.Host, info.dst), Cluster: ex.clusterName(), Protocol: proto, Code: code, Flags: ex.flags}
 	w.principals(&k, st.listeners[info.listener], info, ex.upMTLS, ex.upstreamPeer)
-	w.requestStats(ex.cluster, &k).observe(d)
+	w.requestStats(ex.cluster, &k).Observe(d)
 }
 
 func (ex *activeStream) clusterName() string {

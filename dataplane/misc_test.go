@@ -176,7 +176,7 @@ func TestInboundListener(t *testing.T) {
 	for _, w := range s.workers {
 		w.mu.Lock()
 		for k := range w.requests {
-			found = found || (k.reporter == "destination" && k.cluster == "inbound|app")
+			found = found || (k.Reporter == "destination" && k.Cluster == "inbound|app")
 		}
 		w.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"bufio"
 	"bytes"
@@ -218,7 +219,7 @@ func (w *worker) dialHost(ctx context.Context, c *cluster, h *lb.Host, alpn stri
 			reason = "handshake_error"
 		}
 		w.s.mtlsStats.count("outbound", reason)
-		c.stats[w.id].inc(cUpstreamCxConnectFail)
+		c.stats[w.id].Inc(stats.UpstreamCxConnectFail)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

@@ -6,6 +6,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"context"
 	crand "crypto/rand"
@@ -86,7 +87,7 @@ type Server struct {
 	// stats shards per cluster name and listener stats per address, kept
 	// across reloads.
 	statsMu sync.Mutex
-	stats   map[string][]*clusterStats
+	stats   map[string][]*stats.Cluster
 	lstats  map[string]*listenerStats
 	// downstreamActive counts the open downstream connections of every
 	// listener (admit); lastOverflowWarn is when the last refusal was
@@ -117,7 +118,7 @@ type Server struct {
 	admin     *adminServers
 
 	mtlsStats mtlsStats
-	// httpStats holds each listener's *httpStats by name.
+	// httpStats holds each listener's *stats.HTTP by name.
 	httpStats sync.Map
 }
 
@@ -162,7 +163,7 @@ type cluster struct {
 	name  string
 	cfg   *config.Cluster
 	snap  atomic.Pointer[lb.Snapshot]
-	stats []*clusterStats // per worker
+	stats []*stats.Cluster // per worker
 
 	// perWorker is each worker's own state of the cluster, by worker id.
 	perWorker []workerCluster
@@ -220,7 +221,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*clusterStats{}, lstats: map[string]*listenerStats{},
+	s := &Server{opts: opts, log: opts.Logger, stats: map[string][]*stats.Cluster{}, lstats: map[string]*listenerStats{},
 		events: make(chan event, mainEventQueue), reloadCh: make(chan reloadReq), listeners: map[string][]*net.TCPListener{},
 		mainDone: make(chan struct{}), drained: make(chan struct{}), rnd: newRandom()}
 	if s.log == nil {
@@ -455,7 +456,7 @@ func (s *Server) newCluster(cc *config.Cluster, cfg *config.Config, local []lb.E
 	shards := s.stats[cc.Name]
 	if shards == nil {
 		for range s.workers {
-			shards = append(shards, &clusterStats{})
+			shards = append(shards, &stats.Cluster{})
 		}
 		s.stats[cc.Name] = shards
 	}
@@ -465,7 +466,7 @@ func (s *Server) newCluster(cc *config.Cluster, cfg *config.Config, local []lb.E
 		Local: cfg.Node.Locality, OverprovisioningFactor: cc.OverprovisioningFactor,
 		WeightedPriorityHealth: cc.WeightedPriorityHealth, ActiveHealthChecked: len(cc.HealthChecks) > 0,
 		IgnoreNewHostsUntilFirstHC: cc.IgnoreNewHostsUntilFirstHC,
-	}, newRandom(), &shards[0].lb)
+	}, newRandom(), &shards[0].LB)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: cluster %q: %w", cc.Name, err)
 	}

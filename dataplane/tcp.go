@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"bufio"
 	"context"
@@ -34,9 +35,9 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		e.BytesReceived, e.BytesSent = rx, tx
 		w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, cluster: clusterName,
 			downstreamPeer: info.peer, upstreamPeer: upstreamPeer})
-		k := requestKey{service: serviceName("", info.dst), cluster: clusterName, protocol: "tcp", flags: e.Flags}
+		k := stats.RequestKey{Service: serviceName("", info.dst), Cluster: clusterName, Protocol: "tcp", Flags: e.Flags}
 		w.principals(&k, ls, info, upMTLS, upstreamPeer)
-		w.requestStats(nil, &k).observe(e.Duration)
+		w.requestStats(nil, &k).Observe(e.Duration)
 	}()
 	r := ls.matchRoute(info.dst, "", false)
 	if r == nil {
@@ -46,13 +47,13 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 	}
 	cl := r.cluster
 	clusterName = cl.name
-	stats := cl.stats[w.id]
+	cs := cl.stats[w.id]
 	var up net.Conn
 	var tried []lb.HostID
 	for attempt := 0; attempt < 2 && up == nil; attempt++ {
 		h, hc := w.pick(cl, &lb.PickContext{Previous: tried, SelectionRetries: 1})
 		if h == nil {
-			stats.inc(cUpstreamCxNoneHealthy)
+			cs.Inc(stats.UpstreamCxNoneHealthy)
 			e.Flags |= respflag.UH
 			details = "no_healthy_upstream"
 			return
@@ -90,7 +91,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		if attempt == 1 {
 			e.Flags |= respflag.UF | respflag.URX
 			details = "upstream_max_connect_attempts_exceeded"
-			stats.inc(cUpstreamRqRetryLimitExceeded)
+			cs.Inc(stats.UpstreamRqRetryLimitExceeded)
 			return
 		}
 	}
@@ -118,7 +119,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 	tx = uint64(n)
 	if idle.fired() {
 		details = "idle_timeout"
-		stats.tcpIdleTimeout.Add(1)
+		cs.TCPIdleTimeout.Add(1)
 	} else if err != nil && !errors.Is(err, net.ErrClosed) {
 		e.Flags |= respflag.UC
 		details = "upstream_connection_termination"
@@ -150,10 +151,10 @@ func (w *worker) copyTCP(dst, src net.Conn, head []byte, spliced bool, idle *idl
 		total += n
 		// The wrappers count bytes they see; these went round them.
 		if cc, ok := src.(*countedConn); ok {
-			cc.st.add(cUpstreamCxRxBytesTotal, uint64(n))
+			cc.st.Add(stats.UpstreamCxRxBytesTotal, uint64(n))
 		}
 		if cc, ok := dst.(*countedConn); ok {
-			cc.st.add(cUpstreamCxTxBytesTotal, uint64(n))
+			cc.st.Add(stats.UpstreamCxTxBytesTotal, uint64(n))
 		}
 		if err != errNoSplice {
 			return total, err

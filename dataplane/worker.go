@@ -3,6 +3,7 @@ package dataplane
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 
@@ -39,7 +40,7 @@ type worker struct {
 	rnd        lb.Random
 	transports map[transportKey]http.RoundTripper
 	tlsConfigs map[[2]string]*tls.Config // by peer identity and ALPN
-	requests   map[requestKey]*requestStats
+	requests   map[stats.RequestKey]*stats.Request
 
 	// events queues this worker's request results for the main loop.
 	events chan event
@@ -64,7 +65,7 @@ type worker struct {
 
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(),
-		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[requestKey]*requestStats{}}
+		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[stats.RequestKey]*stats.Request{}}
 	w.events = make(chan event, workerEventQueue)
 	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
@@ -450,8 +451,8 @@ type workerCluster struct {
 	plain  http.RoundTripper
 	// reqKey and reqStats: the last label set counted and its metrics
 	// (requestStats).
-	reqKey   requestKey
-	reqStats *requestStats
+	reqKey   stats.RequestKey
+	reqStats *stats.Request
 }
 
 // pick chooses an upstream host of c for this worker (nil when none) and
@@ -463,7 +464,7 @@ func (w *worker) pick(c *cluster, ctx *lb.PickContext) (*lb.Host, *hostCounters)
 	cl := &c.perWorker[w.id]
 	p := cl.picker
 	if p == nil {
-		p = lb.NewPicker(w.rnd, &c.stats[w.id].lb)
+		p = lb.NewPicker(w.rnd, &c.stats[w.id].LB)
 		cl.picker = p
 	}
 	h := p.Pick(snap, ctx)
@@ -564,7 +565,7 @@ func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
 // requestStats returns this worker's request metrics of label set k; c,
 // if not nil, is the request's cluster, which remembers the last label
 // set (a steady stream of requests has one: no map lookup).
-func (w *worker) requestStats(c *cluster, k *requestKey) *requestStats {
+func (w *worker) requestStats(c *cluster, k *stats.RequestKey) *stats.Request {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var cl *workerCluster
@@ -575,7 +576,7 @@ func (w *worker) requestStats(c *cluster, k *requestKey) *requestStats {
 	}
 	r := w.requests[*k]
 	if r == nil {
-		r = &requestStats{}
+		r = &stats.Request{}
 		w.requests[*k] = r
 	}
 	if cl != nil {
