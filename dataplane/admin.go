@@ -395,8 +395,8 @@ func (s *Server) flatStats() []statValue {
 		envoyStat("listener", name, "downstream_pre_cx_timeout", int64(ls.preCxTimeout.Load()), false)
 	}
 	if a := s.access.Load(); a != nil {
-		out = append(out, statValue{name: "access_log.dropped", value: int64(a.dropped.Load())},
-			statValue{name: "access_log.written", value: int64(a.written.Load())})
+		out = append(out, statValue{name: "access_log.dropped", value: int64(a.Dropped())},
+			statValue{name: "access_log.written", value: int64(a.Written())})
 	}
 	active := s.downstreamActive.Load()
 	out = append(out, statValue{name: "server.events_dropped", value: int64(s.dropped.Load())},

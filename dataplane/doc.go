@@ -39,7 +39,7 @@
 //     mesh (mTLS) ones: mtls.go (newMeshTransport, dialHost);
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;
-//   - observation: the access log (accesslog.go), statistics and
+//   - observation: the access log (internal/logsink), statistics and
 //     Prometheus names (internal/stats; the label rules in stats.go), the admin, health and metrics endpoints
 //     (admin.go).
 package dataplane

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
@@ -41,7 +42,7 @@ func (c *h1ServerConn) reject(r *h1.Reject) {
 	}
 	e := accesslog.Entry{StartTime: time.Now(), Method: dash(r.Method), Path: dash(r.Target), Protocol: proto, ResponseCode: r.Code,
 		Flags: r.Flags, UpstreamServiceTime: -1, Authority: r.Authority, BytesSent: uint64(len(text))}
-	c.w.s.access.Load().write(c.w.id, &e, logExtra{details: r.Details, failure: r.Why, downstreamPeer: info.peer})
+	c.w.s.access.Load().Write(c.w.id, &e, logsink.Extra{Details: r.Details, Failure: r.Why, DownstreamPeer: info.peer})
 	if r.Flags&respflag.DPE != 0 {
 		c.w.s.countProtocolError(c.w.s.state.Load(), info)
 	}

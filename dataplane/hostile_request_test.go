@@ -149,7 +149,7 @@ func (r *recorder) waitClosed(t *testing.T, marker string) {
 // flushAccessLog writes the access log's buffered lines now.
 func flushAccessLog(s *Server) {
 	var spare []byte
-	s.access.Load().flush(&spare)
+	s.access.Load().Flush(&spare)
 }
 
 // hostileCase is raw bytes to send on a new connection, the status codes

@@ -6,6 +6,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
@@ -1024,8 +1025,8 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
 		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
-	w.s.access.Load().write(w.id, &e, logExtra{details: ex.details, failure: ex.failure, cluster: ex.clusterName(),
-		downstreamPeer: info.peer, upstreamPeer: ex.upstreamPeer})
+	w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: ex.details, Failure: ex.failure, Cluster: ex.clusterName(),
+		DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer})
 	if ex.flags&respflag.DPE != 0 {
 		w.s.countProtocolError(st, info)
 	}

@@ -125,7 +125,7 @@ func workerLocal(fn string) bool {
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1ServerConn)", "github.com/meshlet-dev/meshlet/dataplane.(*dcWatch)",
 		"github.com/meshlet-dev/meshlet/dataplane.(*worker).serveH1", "github.com/meshlet-dev/meshlet/dataplane.(*worker).drainH1",
 		// per-worker log buffers: contention among one worker's goroutines (and the log writer's swap, offRequestPath)
-		"github.com/meshlet-dev/meshlet/dataplane.(*accessLogger).write",
+		"github.com/meshlet-dev/meshlet/dataplane/internal/logsink.(*Logger).Write",
 		"net/http.(*Transport)", "net/http.(*persistConn)", "net/http.(*conn)", "net/http.(*response)", "net/http.(*connReader)",
 		"net/http.(*body)", "net/http.(*http2", "golang.org/x/net/http2.", "net/http/httputil.(*maxLatencyWriter)",
 	} {
@@ -138,8 +138,8 @@ func workerLocal(fn string) bool {
 
 // offRequestPath owners run in the data plane's own goroutines.
 func offRequestPath(fn string) bool {
-	fn = strings.TrimPrefix(fn, "github.com/meshlet-dev/meshlet/dataplane.")
-	for _, p := range []string{"(*Server).relayEvents", "(*Server).mainLoop", "(*Server).outlierTicker", "(*accessLogger).flush", "(*accessLogger).run", "(*healthChecker)", "(*httpProber)"} {
+	fn = strings.TrimPrefix(fn, "github.com/meshlet-dev/meshlet/dataplane")
+	for _, p := range []string{".(*Server).relayEvents", ".(*Server).mainLoop", ".(*Server).outlierTicker", "/internal/logsink.(*Logger).Flush", "/internal/logsink.(*Logger).run", ".(*healthChecker)", ".(*httpProber)"} {
 		if strings.HasPrefix(fn, p) {
 			return true
 		}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
@@ -185,7 +186,7 @@ func (w *worker) logConnRefused(info connInfo, details, failure string) {
 	if details == "filter_chain_not_found" {
 		e.Flags |= respflag.NR
 	}
-	w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, downstreamPeer: info.peer})
+	w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: details, Failure: failure, DownstreamPeer: info.peer})
 }
 
 // meshed reports whether h is reached with mutual TLS by this sidecar:

@@ -6,6 +6,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"context"
@@ -99,7 +100,7 @@ type Server struct {
 	events   chan event
 	dropped  atomic.Uint64 // events the main loop could not take
 	reloadCh chan reloadReq
-	access   atomic.Pointer[accessLogger]
+	access   atomic.Pointer[logsink.Logger]
 
 	listenMu  sync.Mutex
 	listeners map[string][]*net.TCPListener // address -> one per worker
@@ -262,7 +263,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.started = time.Now()
 	st := s.state.Load()
-	al, err := newAccessLogger(st.cfg.AccessLog, s.opts.AccessLog, len(s.workers))
+	al, err := logsink.New(st.cfg.AccessLog, s.opts.AccessLog, len(s.workers))
 	if err != nil {
 		return err
 	}
@@ -602,12 +603,12 @@ func (s *Server) applyReload(cfg *config.Config) error {
 		return err
 	}
 	if !reflect.DeepEqual(old.cfg.AccessLog, cfg.AccessLog) && s.opts.AccessLog == nil {
-		al, err := newAccessLogger(cfg.AccessLog, nil, len(s.workers))
+		al, err := logsink.New(cfg.AccessLog, nil, len(s.workers))
 		if err != nil {
 			_ = s.openListeners(old)
 			return err
 		}
-		s.access.Swap(al).close()
+		s.access.Swap(al).Close()
 	}
 	s.state.Store(st)
 	s.startClusterLoops(st, old)
@@ -776,7 +777,7 @@ func (s *Server) Shutdown() {
 	for _, w := range s.workers {
 		w.close()
 	}
-	s.access.Load().close()
+	s.access.Load().Close()
 }
 
 // Done is closed when the server has stopped (after Shutdown or

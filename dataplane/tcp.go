@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 
 	"bufio"
@@ -33,8 +34,8 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 	defer func() {
 		e.Duration = time.Since(info.start)
 		e.BytesReceived, e.BytesSent = rx, tx
-		w.s.access.Load().write(w.id, &e, logExtra{details: details, failure: failure, cluster: clusterName,
-			downstreamPeer: info.peer, upstreamPeer: upstreamPeer})
+		w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: details, Failure: failure, Cluster: clusterName,
+			DownstreamPeer: info.peer, UpstreamPeer: upstreamPeer})
 		k := stats.RequestKey{Service: serviceName("", info.dst), Cluster: clusterName, Protocol: "tcp", Flags: e.Flags}
 		w.principals(&k, ls, info, upMTLS, upstreamPeer)
 		w.requestStats(nil, &k).Observe(e.Duration)

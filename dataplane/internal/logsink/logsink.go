@@ -1,4 +1,7 @@
-package dataplane
+// Package logsink writes the data plane's access log: each worker renders
+// its lines into a buffer of its own, and one goroutine writes the
+// buffers to the file or stdout, off the request path.
+package logsink
 
 import (
 	"encoding/json"
@@ -13,7 +16,7 @@ import (
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 )
 
-// accessLogger renders lines on the request goroutine into its worker's
+// Logger renders lines on the request goroutine into its worker's
 // buffer and writes the buffers from one goroutine of its own, off the
 // request path, as Envoy's workers fill a file's buffer that its flush
 // thread writes: every flushInterval, or sooner once a buffer holds
@@ -23,7 +26,7 @@ import (
 // cost context switches and CPU per request: bench/RESULTS.md). Each
 // worker has its own buffer (so
 // logging takes no lock shared between workers).
-type accessLogger struct {
+type Logger struct {
 	format        config.AccessLogFormat
 	shards        []*logShard
 	dropped       atomic.Uint64
@@ -59,8 +62,10 @@ const (
 	defaultAccessLogFlush = time.Second
 )
 
-func newAccessLogger(cfg config.AccessLog, override io.Writer, workers int) (*accessLogger, error) {
-	a := &accessLogger{format: cfg.Format, flushInterval: cfg.FlushInterval, kick: make(chan struct{}, 1),
+// New is a logger of cfg with a buffer for each of workers, writing to
+// override if it is not nil.
+func New(cfg config.AccessLog, override io.Writer, workers int) (*Logger, error) {
+	a := &Logger{format: cfg.Format, flushInterval: cfg.FlushInterval, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if a.format == "" {
 		a.format = config.AccessLogText
@@ -92,7 +97,7 @@ func newAccessLogger(cfg config.AccessLog, override io.Writer, workers int) (*ac
 
 // run writes the buffers every flushInterval and when kicked, until stop;
 // then once more.
-func (a *accessLogger) run() {
+func (a *Logger) run() {
 	defer close(a.done)
 	t := time.NewTicker(a.flushInterval)
 	defer t.Stop()
@@ -102,16 +107,16 @@ func (a *accessLogger) run() {
 		case <-t.C:
 		case <-a.kick:
 		case <-a.stop:
-			a.flush(&spare)
+			a.Flush(&spare)
 			return
 		}
-		a.flush(&spare)
+		a.Flush(&spare)
 	}
 }
 
-// flush writes what every worker has buffered: each buffer is swapped for
+// Flush writes what every worker has buffered: each buffer is swapped for
 // spare under its lock and written outside it.
-func (a *accessLogger) flush(spare *[]byte) {
+func (a *Logger) Flush(spare *[]byte) {
 	for _, sh := range a.shards {
 		sh.mu.Lock()
 		out, n := sh.buf, sh.lines
@@ -129,17 +134,17 @@ func (a *accessLogger) flush(spare *[]byte) {
 	}
 }
 
-// logExtra are the fields meshlet logs after Envoy's default format:
+// Extra are the fields meshlet logs after Envoy's default format:
 // %RESPONSE_CODE_DETAILS% "%UPSTREAM_TRANSPORT_FAILURE_REASON%"
 // %UPSTREAM_CLUSTER% %DOWNSTREAM_PEER_URI_SAN% %UPSTREAM_PEER_URI_SAN%
 // (Istio's default format has the first three).
-type logExtra struct {
-	details, failure, cluster    string
-	downstreamPeer, upstreamPeer string // SPIFFE IDs of mutual-TLS peers
+type Extra struct {
+	Details, Failure, Cluster    string
+	DownstreamPeer, UpstreamPeer string // SPIFFE IDs of mutual-TLS peers
 }
 
-// write renders e into worker's buffer.
-func (a *accessLogger) write(worker int, e *accesslog.Entry, x logExtra) {
+// Write renders e into worker's buffer.
+func (a *Logger) Write(worker int, e *accesslog.Entry, x Extra) {
 	if a == nil || a.off {
 		return
 	}
@@ -157,15 +162,15 @@ func (a *accessLogger) write(worker int, e *accesslog.Entry, x logExtra) {
 		line = e.AppendDefault(line)
 		line = line[:len(line)-1] // drop the newline, append the extra fields
 		line = append(line, ' ')
-		line = appendDash(line, x.details)
+		line = appendDash(line, x.Details)
 		line = append(line, ` "`...)
-		line = appendDash(line, x.failure)
+		line = appendDash(line, x.Failure)
 		line = append(line, `" `...)
-		line = appendDash(line, x.cluster)
+		line = appendDash(line, x.Cluster)
 		line = append(line, ' ')
-		line = appendDash(line, x.downstreamPeer)
+		line = appendDash(line, x.DownstreamPeer)
 		line = append(line, ' ')
-		line = appendDash(line, x.upstreamPeer)
+		line = appendDash(line, x.UpstreamPeer)
 		line = append(line, '\n')
 	}
 	sh.buf = line
@@ -187,7 +192,7 @@ func appendDash(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func renderJSON(e *accesslog.Entry, x logExtra) []byte {
+func renderJSON(e *accesslog.Entry, x Extra) []byte {
 	dash := func(s string) any {
 		if s == "" {
 			return nil
@@ -197,19 +202,19 @@ func renderJSON(e *accesslog.Entry, x logExtra) []byte {
 	m := map[string]any{
 		"start_time": e.StartTime.UTC().Format("2006-01-02T15:04:05.000Z"), "method": dash(e.Method), "path": dash(e.Path),
 		"protocol": dash(e.Protocol), "response_code": e.ResponseCode, "response_flags": e.Flags.Short(),
-		"response_code_details": dash(x.details), "upstream_transport_failure_reason": dash(x.failure),
-		"downstream_peer_uri_san": dash(x.downstreamPeer), "upstream_peer_uri_san": dash(x.upstreamPeer),
+		"response_code_details": dash(x.Details), "upstream_transport_failure_reason": dash(x.Failure),
+		"downstream_peer_uri_san": dash(x.DownstreamPeer), "upstream_peer_uri_san": dash(x.UpstreamPeer),
 		"bytes_received": e.BytesReceived, "bytes_sent": e.BytesSent, "duration": e.Duration.Milliseconds(),
 		"x_forwarded_for": dash(e.ForwardedFor), "user_agent": dash(e.UserAgent), "request_id": dash(e.RequestID),
-		"authority": dash(e.Authority), "upstream_host": dash(e.UpstreamHost), "upstream_cluster": dash(x.cluster),
+		"authority": dash(e.Authority), "upstream_host": dash(e.UpstreamHost), "upstream_cluster": dash(x.Cluster),
 	}
 	b, _ := json.Marshal(m)
 	return append(b, '\n')
 }
 
-// close writes what is buffered (waiting at most a second for the
+// Close writes what is buffered (waiting at most a second for the
 // writer) and stops.
-func (a *accessLogger) close() {
+func (a *Logger) Close() {
 	if a == nil || a.off {
 		return
 	}
@@ -222,3 +227,10 @@ func (a *accessLogger) close() {
 	case <-time.After(time.Second):
 	}
 }
+
+// Dropped is how many lines were dropped because a worker's buffer was
+// full (the writer stalled).
+func (a *Logger) Dropped() uint64 { return a.dropped.Load() }
+
+// Written is how many lines were written.
+func (a *Logger) Written() uint64 { return a.written.Load() }
