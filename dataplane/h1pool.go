@@ -5,10 +5,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -25,6 +21,10 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 )
 
 // h1Pool is a worker's HTTP/1.1 keep-alive pool for one plaintext cluster,

@@ -6,11 +6,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
-
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -25,9 +20,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meshlet-dev/meshlet/config"
-	"github.com/meshlet-dev/meshlet/lb/respflag"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
 // The downstream HTTP/1.x server of plaintext connections (h1server.go).

@@ -5,13 +5,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -35,6 +28,11 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 	"github.com/meshlet-dev/meshlet/lb/respflag"

@@ -1,8 +1,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/retry"
 )

@@ -1,10 +1,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -21,6 +17,9 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 	"github.com/meshlet-dev/meshlet/lb/respflag"

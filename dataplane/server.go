@@ -5,10 +5,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
@@ -30,6 +26,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
 )

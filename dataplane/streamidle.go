@@ -1,14 +1,14 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-
 	"context"
 	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 )
 
 // errStreamIdleTimeout ends a request's context when no byte of it moved

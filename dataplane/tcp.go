@@ -1,10 +1,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
 	"bufio"
 	"context"
 	"crypto/tls"
@@ -16,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 	"github.com/meshlet-dev/meshlet/lb/respflag"

@@ -1,12 +1,6 @@
 package dataplane
 
 import (
-	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
-
-	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -25,6 +19,10 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
