@@ -1,6 +1,6 @@
-// This file is over 600 lines: the pool, its reuse checks and Envoy's
-// response framing rules still share one type; they split when the request
-// path is re-layered into its own packages (docs/architecture.md).
+// This file is over 600 lines: the pool, its reuse checks (peek, quiet
+// idle) and Envoy's response framing rules share one connection type
+// (h1Conn) and its invariants; the head readers it uses are internal/h1.
 
 package dataplane
 

@@ -1,7 +1,9 @@
-// This file is over 600 lines: the HTTP/1 connection loop, its writer and
-// the request-body handling still share the connection's state; they split
-// when the request path is re-layered into its own packages
-// (docs/architecture.md).
+// This file is over 600 lines: the HTTP/1 connection loop, its response
+// writer, the request body and the client-gone watch all work on the
+// connection's state (h1ServerConn, h1Writer) under one lock discipline,
+// so splitting the file would not split the state; the wire format it
+// reads is internal/h1. The server's own package, behind the handler API,
+// is the re-layering's next step (docs/architecture.md).
 
 package dataplane
 

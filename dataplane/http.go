@@ -1,6 +1,9 @@
-// This file is over 600 lines: routing, retries, forwarding and request
-// observation still share the activeStream; they split when the request path
-// is re-layered into its own packages (docs/architecture.md).
+// This file is over 600 lines: the handler's entry, the route and retry
+// loop, failure classification and the request's access-log line all read
+// and write the activeStream, the one per-request state; the upstream
+// pool, clock, statistics and log writer they use are packages of their
+// own (internal/...). The router's own package is the re-layering's next
+// step (docs/architecture.md).
 
 package dataplane
 

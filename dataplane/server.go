@@ -1,6 +1,7 @@
-// This file is over 600 lines: the server's start, reload, drain and
-// listener bookkeeping share its state; they split with the re-layering of
-// the data plane (docs/architecture.md).
+// This file is over 600 lines: the server's start, reload, drain, the main
+// loop's event handling and the listener bookkeeping all own one mutable
+// state (state, the clusters' health and outlier results), which only the
+// main loop writes.
 
 package dataplane
 

@@ -2,16 +2,12 @@ package dataplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +16,6 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
-	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
@@ -193,227 +188,6 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 	default:
 		w.proxyTCP(c, st, ls, info, br)
 	}
-}
-
-type protoKind uint8
-
-const (
-	kindTCP protoKind = iota
-	kindHTTP1
-	kindHTTP2
-	kindTLS
-)
-
-var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-
-// detect sniffs the first bytes: a TLS ClientHello, HTTP/2 prior
-// knowledge, an HTTP/1.x request line, or else opaque TCP. It reads until
-// it can tell (a request line to its end, up to the buffer's size) or the
-// client has sent nothing more within timeout (a server-first protocol, or
-// a client that has not said enough: see sniffEnd); timedOut says the
-// timeout ended it. Unlike Envoy's listener_filters_timeout, which closes
-// the connection unless continue_on_listener_filters_timeout is set,
-// meshlet always goes on, inbound too: an app's server-first protocol
-// reached by a client without a sidecar needs it, and what bounds a silent
-// client is then the TCP proxy's idle timeout (tcp_idle_timeout).
-func detect(c *net.TCPConn, br *bufio.Reader, timeout time.Duration) (kind protoKind, timedOut bool) {
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	defer c.SetReadDeadline(time.Time{})
-	for want := 1; ; {
-		_, err := br.Peek(want)
-		b, _ := br.Peek(br.Buffered())
-		if k, done := sniffPrefix(b); done {
-			return k, false
-		}
-		if err != nil || len(b) == br.Size() {
-			return sniffEnd(b), errors.Is(err, os.ErrDeadlineExceeded)
-		}
-		want = len(b) + 1
-	}
-}
-
-// sniffPrefix decides as soon as the first bytes b allow (done).
-func sniffPrefix(b []byte) (k protoKind, done bool) {
-	if len(b) >= 1 && b[0] == 0x16 { // a TLS handshake record?
-		switch {
-		case len(b) == 1:
-			return kindTCP, false
-		case b[1] == 0x03:
-			return kindTLS, true
-		}
-		return kindTCP, true
-	}
-	if bytes.HasPrefix(h2Preface, b) && len(b) < len(h2Preface) {
-		return kindTCP, false // the preface so far
-	}
-	if bytes.HasPrefix(b, h2Preface) {
-		return kindHTTP2, true
-	}
-	switch sniffRequestLine(b) {
-	case sniffLine:
-		return kindHTTP1, true
-	case sniffNot:
-		return kindTCP, true
-	}
-	return kindTCP, false
-}
-
-// sniffEnd decides on the bytes b that arrived before the detection
-// timeout, the client's end of stream or a full buffer: the start of a
-// request line as far as its target (a token method and a separator) is
-// HTTP/1 (a long target, or a client that sends its request line in
-// pieces); anything else is opaque TCP.
-func sniffEnd(b []byte) protoKind {
-	if k, done := sniffPrefix(b); done {
-		return k
-	}
-	if r := sniffRequestLine(b); r == sniffTarget || r == sniffLine {
-		return kindHTTP1
-	}
-	return kindTCP
-}
-
-// sniffResult is how far sniffRequestLine got.
-type sniffResult uint8
-
-const (
-	sniffNot    sniffResult = iota // not a request line
-	sniffMore                      // a request line so far, before its target
-	sniffTarget                    // a request line so far, in or after its target
-	sniffLine                      // a whole request line
-)
-
-// sniffRequestLine reads b as the start of an HTTP/1 request, as Envoy's
-// http_inspector listener filter does: a request line is a token method,
-// a request target, and HTTP/<digit>.<digit>, separated by spaces or tabs
-// (RFC 9112 §3 lets a server take either), ending in CRLF or LF; empty
-// lines before it are skipped (RFC 9112 §2.2). Any method (WebDAV's,
-// PURGE) and any version the parser takes: the HTTP/1 server refuses
-// what it does not serve (505 for a version, 405 for CONNECT) rather than
-// pass it on as opaque bytes the proxy would not look at.
-func sniffRequestLine(b []byte) sniffResult {
-	i := 0
-	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	m := i
-	for i < len(b) && h1.IsTchar(b[i]) {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffMore
-	case i == m || !h1.IsSPorHT(b[i]):
-		return sniffNot
-	}
-	for i < len(b) && h1.IsSPorHT(b[i]) {
-		i++
-	}
-	t := i
-	for i < len(b) && (b[i] > ' ' && b[i] != 0x7f) {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffTarget
-	case i == t || !h1.IsSPorHT(b[i]):
-		return sniffNot
-	}
-	for i < len(b) && h1.IsSPorHT(b[i]) {
-		i++
-	}
-	const version = "HTTP/d.d"
-	for j := 0; j < len(version); j, i = j+1, i+1 {
-		if i == len(b) {
-			return sniffTarget
-		}
-		if version[j] == 'd' && !h1.IsDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
-			return sniffNot
-		}
-	}
-	if i < len(b) && b[i] == '\r' {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffTarget
-	case b[i] == '\n':
-		return sniffLine
-	}
-	return sniffNot
-}
-
-// sniffedConn replays the sniffed bytes before reading the socket.
-type sniffedConn struct {
-	*net.TCPConn
-	r    *bufio.Reader
-	w    io.Writer // the socket's raw writes (rawio.IO)
-	info connInfo
-}
-
-func (c *sniffedConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *sniffedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-
-// matchRoute finds the route for a destination and (for HTTP) host.
-// The host is normalised (port dropped, lower case) only for a route that
-// matches on hosts.
-func (ls *listenerState) matchRoute(dst netip.AddrPort, host string, http bool) *routeState {
-	normalised := false
-	for _, r := range ls.routes {
-		if r.hasDst && (r.dst.Port() != dst.Port() || (!r.anyIP && r.dst.Addr() != dst.Addr())) {
-			continue
-		}
-		if len(r.cfg.Hosts) > 0 {
-			if !http {
-				continue
-			}
-			if !normalised {
-				host, normalised = strings.ToLower(hostOnly(host)), true
-			}
-			if !hostMatches(r.cfg.Hosts, host) {
-				continue
-			}
-		}
-		return r
-	}
-	return nil
-}
-
-// hostOnly is an authority without its port: net.SplitHostPort's host
-// where it splits, else the authority as it is. The common forms (a name
-// or IPv4 address, with or without a numeric port) are split here.
-func hostOnly(authority string) string {
-	i := strings.LastIndexByte(authority, ':')
-	if i < 0 {
-		return authority
-	}
-	if strings.IndexAny(authority[:i], ":[]") < 0 && i+1 < len(authority) && allDigits(authority[i+1:]) {
-		return authority[:i]
-	}
-	if h, _, err := net.SplitHostPort(authority); err == nil {
-		return h
-	}
-	return authority
-}
-
-// allDigits reports whether s holds only ASCII digits.
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-func hostMatches(patterns []string, host string) bool {
-	for _, p := range patterns {
-		p = strings.ToLower(p)
-		if p == host || p == "*" || (strings.HasPrefix(p, "*.") && strings.HasSuffix(host, p[1:])) {
-			return true
-		}
-	}
-	return false
 }
 
 // report queues a request result for outlier detection (only clusters

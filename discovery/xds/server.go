@@ -1,3 +1,8 @@
+// This file is over 600 lines: the model's rebuild and translation, each
+// proxy's snapshot and the ADS stream callbacks (open, request, NACK,
+// close) share one lock-guarded state: the proxies, their localities and
+// what each stream was sent.
+
 package xds
 
 import (

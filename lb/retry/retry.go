@@ -6,6 +6,9 @@
 // request's retry priority plugin (lb.PreviousPriorities), which the picker
 // reads. It is pure, as lb is: no I/O, no goroutines, no clock; randomness
 // comes from an lb.Random the caller passes.
+//
+// The file is over 600 lines: the policy's defaults, the decisions and
+// the back-off all read one State, and Envoy defines them together.
 package retry
 
 import (
