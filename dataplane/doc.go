@@ -10,36 +10,46 @@
 // publishes immutable lb snapshots; workers read them with atomic loads and
 // never share a lock with each other on the request path.
 //
-// # The traffic path, and the file that owns each step
+// # The traffic path, and what owns each step
 //
-//   - start, reload, drain, the main loop and its state: server.go;
-//     the sockets of each worker (SO_REUSEPORT): listen.go;
-//   - accept, the connection cap, original destination, protocol
-//     detection and dispatch: worker.go (acceptLoop, serveConn, detect,
-//     dispatch), limits.go (the cap);
+// Steps whose code needs no state of the server's are internal packages,
+// whose imports the compiler keeps one-way (they import nothing of
+// dataplane); the rest are files of this package.
+//
+//   - start, reload, drain, the main loop and its state: server.go; the
+//     sockets of each worker (SO_REUSEPORT): listen.go;
+//   - accept, the connection cap, original destination and dispatch:
+//     worker.go (acceptLoop, serveConn, dispatch), limits.go (the cap);
+//     protocol detection: sniff.go (detect);
+//   - raw socket reads and writes under every connection: internal/rawio;
 //   - inbound mutual TLS (handshake, peer authorization) and the mesh's
 //     upstream TLS: mtls.go;
 //   - opaque TCP (one upstream per connection, idle timeout): tcp.go, with
-//     splice_linux.go (pipes) and internal/rawio (raw socket I/O);
-//   - the HTTP/1 server (connection loop, request reading, response
-//     writer, client-gone watch): h1server.go; the request-head checks
-//     (Envoy's HTTP/1 codec refusals): internal/h1 (head.go), the refusal's answer: h1reject.go;
+//     splice_linux.go (pipes);
+//   - the HTTP/1 server (connection loop, response writer, request body,
+//     client-gone watch): h1server.go, behind its handler entry serveHTTP
+//     (http.go); the wire format it reads (request-head checks with
+//     Envoy's HTTP/1 codec refusals, fast request and response head
+//     readers): internal/h1; a refused request's answer and log line:
+//     h1reject.go;
 //   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
 //     rapid-reset accounting: h2guard.go;
+//   - the router: route match (routematch.go); the handler, route and
+//     retry loop, per-try timeouts and failure classification (http.go:
+//     serveRequest, route, tryOnce, classifyFailure); header handling,
+//     proxying the response and upgrades (proxy.go: proxy);
 //   - per-request timeouts: the route timeout and the stream idle timeout
-//     (streamidle.go) on the worker's clock (internal/clock);
-//   - the router (route match, retries, per-try timeouts, failure
-//     classification): http.go (serveRequest, route, tryOnce); header
-//     handling, proxying and upgrades: proxy.go (proxy);
-//   - upstream connections: dial, connect circuit breaker and counted
-//     connections in http.go (worker.dial); the HTTP/1.1 pool and Envoy's
-//     response framing rules: h1pool.go, with internal/h1 (fast.go: the fast response
-//     reader); the choice of a worker's transport per cluster: worker.go
-//     (transport); plain HTTP/1.1 and h2c: http.go (newUpstreamTransport);
-//     mesh (mTLS) ones: mtls.go (newMeshTransport, dialHost);
+//     (streamidle.go), alarms on the worker's clock (internal/clock);
+//   - upstream: the choice of a worker's transport per cluster, dial with
+//     the connect timeout and max_connections, counted connections, the
+//     plain HTTP/1.1 / h2c transport (upstream.go); the HTTP/1.1 pool and
+//     Envoy's response framing rules (h1pool.go, which the router hands
+//     the server request's writer explicitly: h1Pool.send); the mesh
+//     (mTLS) transports (mtls.go: newMeshTransport, dialHost);
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;
-//   - observation: the access log (internal/logsink), statistics and
-//     Prometheus names (internal/stats; the label rules in stats.go), the admin, health and metrics endpoints
-//     (admin.go).
+//   - observation: the access-log writer (internal/logsink; the line's
+//     format is lb/accesslog), statistics (internal/stats; the identity
+//     labels in stats.go), the Prometheus collector (prometheus.go), the
+//     admin, health and metrics endpoints (admin.go).
 package dataplane

@@ -309,31 +309,6 @@ func (w *worker) release(c *cluster, h *lb.Host) {
 	w.mu.Unlock()
 }
 
-// transport returns this worker's upstream connection pool of the given
-// kind for c.
-func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cl := &c.perWorker[w.id]
-	if kind == transportPlain && cl.plain != nil {
-		return cl.plain
-	}
-	k := transportKey{c, kind}
-	t := w.transports[k]
-	if t == nil {
-		if kind == transportPlain {
-			t = newUpstreamTransport(w, c)
-		} else {
-			t = newMeshTransport(w, c, kind)
-		}
-		w.transports[k] = t
-	}
-	if kind == transportPlain {
-		cl.plain = t
-	}
-	return t
-}
-
 // requestStats returns this worker's request metrics of label set k; c,
 // if not nil, is the request's cluster, which remembers the last label
 // set (a steady stream of requests has one: no map lookup).
