@@ -39,7 +39,7 @@ import (
 // start, a park and a wake-up per request, which the proxy benchmark showed
 // as a large part of the CPU at low load. This server reads requests with
 // net/http's parser on the connection's goroutine and serves them with the
-// same handler (worker.serveHTTP, forward), and watches for the client
+// same handler (worker.serveHTTP, proxy), and watches for the client
 // going away only once a request has taken longer than dcWatchDelay: most
 // requests are answered before.
 //
