@@ -24,7 +24,10 @@
 //   - the HTTP/1 server (connection loop, request reading, response
 //     writer, client-gone watch): h1server.go; the request-head checks
 //     (Envoy's HTTP/1 codec refusals): internal/h1 (head.go), the refusal's answer: h1reject.go;
-//   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
+//   - the net/http fallback of the HTTP/1 server (Options.HTTP1Server: a
+//     net/http server per worker, fed by dispatch): h1fallback.go;
+//   - HTTP/2 downstream: x/net's server, entered at serveStream (http.go),
+//     the generic path the net/http fallback's requests take too; its
 //     rapid-reset accounting: h2guard.go;
 //   - per-request timeouts: the route timeout and the stream idle timeout
 //     (streamidle.go) on the worker's clock (internal/clock);
