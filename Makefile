@@ -9,7 +9,7 @@ GO ?= go
 export CGO_ENABLED := 0
 TESTFLAGS = -trimpath -tags grpcnotrace
 
-.PHONY: test fmt vet unit vectors e2e e2e-tools demo bench sidecar images push
+.PHONY: test fmt vet unit unit-http1-fallback vectors e2e e2e-tools demo bench sidecar images push
 
 # The whole suite as CI runs it (hack/test.sh): needs root, installs what
 # a fresh machine lacks, says what each step does, and checks that the
@@ -32,6 +32,11 @@ vet:
 # 10-minute default while the rest of the suite shares the two cores.
 unit:
 	$(GO) test $(TESTFLAGS) -count=1 -timeout 30m ./...
+
+# The data plane's tests on the net/http HTTP/1 fallback
+# (Options.HTTP1Server); those of what only the fast server does skip.
+unit-http1-fallback:
+	MESHLET_TEST_HTTP1_SERVER=net/http $(GO) test $(TESTFLAGS) -count=1 ./dataplane/
 
 # The Envoy conformance vectors, with their summary line
 # (MESHLET_LB_VECTORS=path runs another file of the same schema).

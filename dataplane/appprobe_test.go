@@ -30,7 +30,7 @@ func TestAppHealthProbes(t *testing.T) {
 	}
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(app, "a")))
 	cfg.Health = "127.0.0.1:0"
-	s, err := New(cfg, Options{AccessLog: &logBuffer{}, Workers: 1, AppProbers: probers})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: &logBuffer{}, Workers: 1, AppProbers: probers})
 	if err != nil {
 		t.Fatal(err)
 	}

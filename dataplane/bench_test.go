@@ -45,7 +45,7 @@ func benchMesh(b *testing.B, mode string, tcp bool) {
 	cfg.AccessLog.Path = "off"
 	cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "outbound-tcp", Address: "127.0.0.4:0", Direction: config.Outbound,
 		OriginalDestination: "10.96.0.11:7000", Protocol: config.ProtocolTCP, Routes: []config.Route{{Name: "echo-tcp", Cluster: "echo-tcp"}}})
-	a, err := New(cfg, Options{Workers: 2, Identity: client, AccessLog: io.Discard})
+	a, err := New(cfg, Options{HTTP1Server: testHTTP1Server, Workers: 2, Identity: client, AccessLog: io.Discard})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func benchProxyH1(b *testing.B, streamIdle time.Duration) {
 	}))
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
 	cfg.Listeners[0].StreamIdleTimeout = streamIdle
-	s, err := New(cfg, Options{Workers: 2, AccessLog: io.Discard})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, Workers: 2, AccessLog: io.Discard})
 	if err != nil {
 		b.Fatal(err)
 	}

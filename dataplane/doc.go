@@ -32,7 +32,10 @@
 //     Envoy's HTTP/1 codec refusals, fast request and response head
 //     readers): internal/h1; a refused request's answer and log line:
 //     h1reject.go;
-//   - HTTP/2 downstream: x/net's server, entered at serveH2 (http.go); its
+//   - the net/http fallback of the HTTP/1 server (Options.HTTP1Server: a
+//     net/http server per worker, fed by dispatch): h1fallback.go;
+//   - HTTP/2 downstream: x/net's server, entered at serveStream (http.go),
+//     the generic path the net/http fallback's requests take too; its
 //     rapid-reset accounting: h2guard.go;
 //   - the router: route match (routematch.go); the handler, route and
 //     retry loop, per-try timeouts and failure classification (http.go:

@@ -79,7 +79,7 @@ func FuzzH1PoolReuse(f *testing.F) {
 		up := startFuzzUpstream(t, plans)
 		cfg := httpOnly(testConfig(noRetry, testCluster("echo", endpoint(up.addr, "a"))))
 		cfg.AccessLog.Path = "off"
-		s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 1})
+		s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard, Workers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,7 @@ func rawExchange(t *testing.T, s *Server, raw string) string {
 // Malformed requests get 400 and oversized headers 431, each with an
 // access-log line flagged DPE, and the connection closes.
 func TestH1ServerBadRequests(t *testing.T) {
+	fastHTTP1Only(t, "Envoy's refusals of malformed heads, with their response code details in the access log")
 	s, logs := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
 	if got := rawExchange(t, s, "GET / HTTP/1.1\r\nHost: echo\r\nBad Header Line\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
 		t.Errorf("malformed header: %q", got)
@@ -67,7 +68,13 @@ func TestH1ServerFraming(t *testing.T) {
 	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(echo, "a"))))
 
 	got := rawExchange(t, s, "GET /old HTTP/1.0\r\nHost: echo\r\n\r\n")
-	if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "Connection: close") || !strings.HasSuffix(got, `GET /old body=""`) {
+	if testHTTP1Server == HTTP1ServerNetHTTP {
+		// net/http's codec answers HTTP/1.0 in HTTP/1.0 and closes
+		// without saying so (rawExchange saw the close).
+		if !strings.HasPrefix(got, "HTTP/1.0 200 ") || !strings.HasSuffix(got, `GET /old body=""`) {
+			t.Errorf("HTTP/1.0: %q", got)
+		}
+	} else if !strings.HasPrefix(got, "HTTP/1.1 200 ") || !strings.Contains(got, "Connection: close") || !strings.HasSuffix(got, `GET /old body=""`) {
 		t.Errorf("HTTP/1.0: %q", got)
 	}
 	got = rawExchange(t, s, "HEAD /h HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
@@ -158,6 +165,7 @@ func TestH1ServerUnreadBodySkipped(t *testing.T) {
 // itself) does not start. Under load it may: an attempt whose watch started
 // counts as not having exercised the check, and one of ten must have.
 func TestH1ServerBytesBeforeResponse(t *testing.T) {
+	fastHTTP1Only(t, "the wait for the next request and its check (waitForRequest) are the fast server's connection internals")
 	got := make(chan string, 1)
 	release := make(chan struct{})
 	held := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -374,6 +382,7 @@ func TestH1RequestHeadersPerRequest(t *testing.T) {
 // context is not reused, and a request with a body leaves the next one a
 // new writer.
 func TestH1ConnectionReusesRequestState(t *testing.T) {
+	fastHTTP1Only(t, "the writer and request context a keep-alive connection's requests share are the fast server's internals (the fallback closes the connection after a route timeout)")
 	gone := make(chan struct{}, 1) // the request the client leaves during arrived
 	up := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/gone" {

@@ -155,7 +155,7 @@ var noRetry = retry.Policy{}
 func startServer(t *testing.T, cfg *config.Config) (*Server, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	s, err := New(cfg, Options{AccessLog: logs, Workers: 2})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: logs, Workers: 2})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

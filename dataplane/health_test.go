@@ -127,7 +127,7 @@ func TestOutlierSuccessResetsConsecutive(t *testing.T) {
 	route.Name, route.Hosts, route.Cluster = "mark", []string{"mark"}, "mark"
 	cfg.Listeners[0].Routes = append(cfg.Listeners[0].Routes, route)
 	// One worker: every result goes through one queue, in request order.
-	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 1})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard, Workers: 1})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +166,9 @@ type hostileCase struct {
 	reached []string
 	kept    []string // never reached the upstream
 	log     []string
+	// lenient: valid, and served as Envoy's codec serves it, where
+	// net/http's refuses it.
+	lenient bool
 	// after checks more of what the upstream read.
 	after func(t *testing.T, rec *recorder)
 }
@@ -179,6 +183,9 @@ func dpe(line string, code int, details string) []string {
 // and the access log.
 func (c hostileCase) run(t *testing.T, s *Server, logs *logBuffer, rec *recorder) {
 	t.Helper()
+	if c.lenient || slices.ContainsFunc(c.codes, func(code int) bool { return code >= 400 }) {
+		fastHTTP1Only(t, "Envoy's codec refusals and leniencies ("+c.name+")")
+	}
 	conn := dialProxy(t, s)
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(conn, c.raw); err != nil {
@@ -394,11 +401,11 @@ func TestHostileRequests(t *testing.T) {
 		{name: "purge method", raw: "PURGE /cache HTTP/1.1\r\nHost: echo\r\n\r\n",
 			codes: []int{200}, reached: []string{"PURGE /cache HTTP/1.1\r\n"}, after: handledAsHTTP("PURGE /cache ")},
 		{name: "leading crlf", raw: "\r\n\r\nGET /leading-crlf HTTP/1.1\r\nHost: echo\r\n\r\n",
-			codes: []int{200}, reached: []string{"GET /leading-crlf HTTP/1.1\r\n"}, after: handledAsHTTP("GET /leading-crlf ")},
+			codes: []int{200}, lenient: true, reached: []string{"GET /leading-crlf HTTP/1.1\r\n"}, after: handledAsHTTP("GET /leading-crlf ")},
 		{name: "tab separators", raw: "GET\t/tab-sep\tHTTP/1.1\r\nHost: echo\r\n\r\n",
-			codes: []int{200}, reached: []string{"GET /tab-sep HTTP/1.1\r\n"}, after: handledAsHTTP("GET /tab-sep ")},
+			codes: []int{200}, lenient: true, reached: []string{"GET /tab-sep HTTP/1.1\r\n"}, after: handledAsHTTP("GET /tab-sep ")},
 		{name: "tab separators past the buffer", raw: "GET\t/tab-big\tHTTP/1.1\r\nHost: echo\r\nX-Pad: " + pad + "\r\n\r\n",
-			codes: []int{200}, reached: []string{"GET /tab-big HTTP/1.1\r\n"}},
+			codes: []int{200}, lenient: true, reached: []string{"GET /tab-big HTTP/1.1\r\n"}},
 		{name: "head past the buffer, pipelined",
 			raw:   "POST /big-head HTTP/1.1\r\nHost: echo\r\nX-Pad: " + pad + "\r\nContent-Length: 5\r\n\r\nhelloGET /after-big HTTP/1.1\r\nHost: echo\r\n\r\n",
 			codes: []int{200, 200}, reached: []string{"POST /big-head ", "GET /after-big "}},
@@ -420,7 +427,7 @@ func TestHostileRequests(t *testing.T) {
 	}
 	dpeCases := 0
 	for _, c := range cases {
-		if len(c.log) > 0 && strings.Contains(c.log[0], " DPE ") {
+		if len(c.log) > 0 && strings.Contains(c.log[0], " DPE ") && testHTTP1Server != HTTP1ServerNetHTTP { // (skipped there: run)
 			dpeCases++
 		}
 		t.Run(c.name, func(t *testing.T) { c.run(t, s, logs, rec) })
@@ -442,6 +449,21 @@ func TestHostileRequests(t *testing.T) {
 		}
 		if h := rec.head(t, "GET /ws "); !strings.Contains(h, "Upgrade: websocket") || !strings.Contains(h, "Connection: Upgrade") {
 			t.Errorf("the upstream read %q", h)
+		}
+	})
+	// Bytes the client sent with its upgrade request (read with the
+	// request, before the hijack) reach the upstream first.
+	t.Run("websocket, bytes with the request", func(t *testing.T) {
+		conn := dialProxy(t, s)
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(conn, "GET /ws-early HTTP/1.1\r\nHost: echo\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\nsent with the request\n")
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		if line, err := br.ReadString('\n'); line != "sent with the request\n" {
+			t.Fatalf("over the upgraded stream: %q %v", line, err)
 		}
 	})
 
@@ -565,6 +587,7 @@ func legitClient(s *Server, stop, started chan struct{}) error {
 // Envoy's default 100: at the limit the request is served (on the fast
 // reader's path and net/http's), over it 431.
 func TestMaxHeadersCountConfigured(t *testing.T) {
+	fastHTTP1Only(t, "max_headers_count is one of the fast server's head checks; net/http counts no header lines")
 	rec := newRecorder(t)
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(rec.addr, "a")))
 	cfg.Listeners[0].MaxHeadersCount = 10
@@ -589,6 +612,7 @@ func TestMaxHeadersCountConfigured(t *testing.T) {
 // waiting for a blank line that never comes; nothing reaches the
 // upstream.
 func TestHTTPListenerRefusesOtherProtocols(t *testing.T) {
+	fastHTTP1Only(t, "an HTTP-only listener's 400 DPE for other protocols, with its access-log line, is the fast server's; net/http answers a 400 of its own")
 	rec := newRecorder(t)
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(rec.addr, "a")))
 	cfg.Listeners[0].Protocol = config.ProtocolHTTP

@@ -73,6 +73,9 @@ type activeStream struct {
 	// upgraded counts the bytes of an upgraded stream, both ways (for
 	// the stream idle timeout).
 	upgraded atomic.Uint64
+	// netHTTP1: an HTTP/1 request of the net/http fallback, whose
+	// connection a timeout's local reply closes (proxyError).
+	netHTTP1 bool
 }
 
 // httpScratch is serveHTTP's state for one request, in one allocation
@@ -144,34 +147,38 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// serveHTTP serves an HTTP/1 request (the h1 server's handler): its
-// state is the connection's writer's, and the writer owns its timeouts.
+// serveHTTP serves an HTTP/1 request (the handler of both HTTP/1
+// servers): the fast server's request has its state in the connection's
+// writer, which owns its timeouts; net/http's fallback (h1fallback.go)
+// takes the generic path.
 func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	hw, ok := rw.(*h1Writer)
 	if !ok {
-		w.serveH2(rw, req) // (net/http's server, in tests)
+		w.serveStream(rw, req)
 		return
 	}
 	w.serveRequest(rw, req, &hw.scratch, hw, nil)
 }
 
-// serveH2 serves an HTTP/2 stream (x/net's handler). The stream's
-// timeouts reach it from other goroutines (h2Stream), so its state is its
-// own, and one context of its own carries their causes.
-func (w *worker) serveH2(rw http.ResponseWriter, req *http.Request) {
-	hs := &h2Scratch{stream: h2Stream{rc: http.NewResponseController(rw)}}
+// serveStream serves a request of a server other than the fast HTTP/1 one:
+// an HTTP/2 stream (x/net's handler) or a request of the net/http
+// fallback. Its timeouts reach it from other goroutines (streamEnd), so
+// its state is its own, and one context of its own carries their causes.
+func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
+	hs := &streamScratch{stream: streamEnd{rc: http.NewResponseController(rw)}}
 	hs.streamCtx = req.Context()
 	ctx, cancel := context.WithCancelCause(hs.streamCtx)
 	hs.cancel = cancel
-	hs.idle.s, hs.idle.w, hs.idle.h2, hs.idle.cancel = &hs.httpScratch, w, &hs.stream, cancel
+	hs.idle.s, hs.idle.w, hs.idle.end, hs.idle.cancel = &hs.httpScratch, w, &hs.stream, cancel
 	hs.route.hs, hs.route.alarm.Target = hs, &hs.route
 	defer hs.end()
 	w.serveRequest(rw, req.WithContext(ctx), &hs.httpScratch, nil, hs)
 }
 
 // serveRequest is the handler's work for one request, with its state s,
-// and the writer hw of an HTTP/1 request or the stream hs of an HTTP/2 one.
-func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *h2Scratch) {
+// and the writer hw of a fast-server HTTP/1 request or the stream hs of
+// any other (serveStream).
+func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *streamScratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
 	start := time.Now()
@@ -184,7 +191,8 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0]}
+	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
+		netHTTP1: hw == nil && req.ProtoMajor == 1}
 	if hget(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
@@ -228,7 +236,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		return
 	}
 	if t := ls.cfg.StreamIdleTimeout; t > 0 && hs != nil {
-		hs.idle.arm(t) // (an HTTP/1 connection arms its requests' own)
+		hs.idle.arm(t) // (a fast-server HTTP/1 connection arms its requests' own)
 	}
 	ex.route, ex.cluster = route, route.cluster
 	c := route.cluster
@@ -276,8 +284,8 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	}
 
 	if t := route.cfg.Timeout; t > 0 {
-		// Stopped as the handler returns: by the HTTP/1 server
-		// (h1ServerConn.serve), by serveH2.
+		// Stopped as the handler returns: by the fast HTTP/1 server
+		// (h1ServerConn.serve), by serveStream.
 		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
@@ -304,38 +312,40 @@ func hget(h http.Header, key string) string {
 // idle timeout (flag SI).
 const detailStreamIdleTimeout = "stream_idle_timeout"
 
-// h2Scratch is serveH2's state for one HTTP/2 request: the request's, its
-// stream's context (streamCtx, before the request's own), the cancel of
-// the request's context and its timeouts.
-type h2Scratch struct {
+// streamScratch is serveStream's state for one request (HTTP/2, or the
+// net/http fallback's HTTP/1): the request's, its stream's context
+// (streamCtx, before the request's own), the cancel of the request's
+// context and its timeouts.
+type streamScratch struct {
 	httpScratch
 	streamCtx context.Context
 	cancel    context.CancelCauseFunc
 	idle      streamIdle
-	route     h2RouteTimeout
-	stream    h2Stream
+	route     streamRouteTimeout
+	stream    streamEnd
 }
 
 // end stops the request's timeouts and ends its context once the handler
-// is done; the stream's writer is then out of reach (h2Stream.end).
-func (hs *h2Scratch) end() {
+// is done; the stream's writer is then out of reach (streamEnd.end).
+func (hs *streamScratch) end() {
 	hs.idle.stop()
 	hs.route.stop()
 	hs.cancel(context.Canceled)
 	hs.stream.end()
 }
 
-// h2RouteTimeout is an HTTP/2 request's route timeout on the worker's
-// clock: once it fires, the request's context ends with errRouteTimeout
-// and the stream is reset if its response is still being written after
-// the grace (a client that reads nothing), as Envoy resets it.
-type h2RouteTimeout struct {
+// streamRouteTimeout is a serveStream request's route timeout on the
+// worker's clock: once it fires, the request's context ends with
+// errRouteTimeout and the stream (HTTP/1: the connection) is reset if its
+// response is still being written after the grace (a client that reads
+// nothing), as Envoy resets it.
+type streamRouteTimeout struct {
 	alarm clock.Alarm
 	timer *time.Timer // a timeout under clock.PreciseBelow
-	hs    *h2Scratch
+	hs    *streamScratch
 }
 
-func (r *h2RouteTimeout) arm(w *worker, d time.Duration) {
+func (r *streamRouteTimeout) arm(w *worker, d time.Duration) {
 	if d < clock.PreciseBelow {
 		r.timer = time.AfterFunc(d, func() { r.AlarmFired(0) })
 		return
@@ -343,7 +353,7 @@ func (r *h2RouteTimeout) arm(w *worker, d time.Duration) {
 	w.clock.Set(&r.alarm, d)
 }
 
-func (r *h2RouteTimeout) stop() {
+func (r *streamRouteTimeout) stop() {
 	r.alarm.Stop()
 	if r.timer != nil {
 		r.timer.Stop()
@@ -352,7 +362,7 @@ func (r *h2RouteTimeout) stop() {
 
 // AlarmFired ends the request (a late firing after the handler is
 // harmless: the context is already over, the stream out of reach).
-func (r *h2RouteTimeout) AlarmFired(uint64) {
+func (r *streamRouteTimeout) AlarmFired(uint64) {
 	r.hs.cancel(errRouteTimeout)
 	r.hs.stream.timedOut(true) // a body still being read ends as well
 }
@@ -416,8 +426,10 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *activeStream, err error)
 		return // nobody to answer
 	case ex.flags&respflag.SI != 0:
 		// Envoy's local reply to a stream idle before its response.
+		ex.closeAfterTimeout(rw)
 		w.localReply(rw, ex, http.StatusRequestTimeout, "stream timeout")
 	case ex.flags&respflag.UT != 0:
+		ex.closeAfterTimeout(rw)
 		w.localReply(rw, ex, http.StatusGatewayTimeout, "upstream request timeout")
 	case ex.flags&respflag.UH != 0:
 		w.localReply(rw, ex, http.StatusServiceUnavailable, "no healthy upstream")
@@ -438,6 +450,18 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *activeStream, err error)
 			reason += ", transport failure reason: " + ex.failure
 		}
 		w.localReply(rw, ex, http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
+	}
+}
+
+// closeAfterTimeout makes a net/http fallback request's local reply to
+// its timeout close the connection, as the fast server closes it after a
+// timeout that ended the request's reads: the timeout ended them with a
+// read deadline in the past (streamEnd), which fails net/http's
+// background read and so cancels its connection's context, the next
+// request's parent.
+func (ex *activeStream) closeAfterTimeout(rw http.ResponseWriter) {
+	if ex.netHTTP1 {
+		rw.Header().Set("Connection", "close")
 	}
 }
 

@@ -287,7 +287,7 @@ func TestAdminConfigDumpAndLogging(t *testing.T) {
 	lv := &slog.LevelVar{}
 	logs := &logBuffer{}
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(up, "a")))
-	s, err := New(cfg, Options{AccessLog: logs, Workers: 1, LogLevel: lv})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: logs, Workers: 1, LogLevel: lv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func inFlight(t *testing.T) (*Server, <-chan string) {
 	}))
 	cfg := testConfig(noRetry, testCluster("echo", endpoint(slow, "a")))
 	cfg.DrainTimeout = 5 * time.Second
-	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 2})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info
 		info.h2 = &h2Conn{conn: tc}
 		w.h2.ServeConn(tc, &http2.ServeConnOpts{
 			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
-			Handler:    http.HandlerFunc(w.serveH2),
+			Handler:    http.HandlerFunc(w.serveStream),
 			BaseConfig: w.httpSrv,
 		})
 		tc.Close()

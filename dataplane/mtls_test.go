@@ -99,7 +99,7 @@ func tcpEcho(t testing.TB, ip string) string {
 func startSidecar(t testing.TB, cfg *config.Config, id *mtls.Store) (*Server, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	s, err := New(cfg, Options{AccessLog: logs, Workers: 2, Identity: id})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: logs, Workers: 2, Identity: id})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

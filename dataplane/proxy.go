@@ -247,8 +247,14 @@ func (w *worker) switchProtocols(rw http.ResponseWriter, req *http.Request, res 
 	if err := brw.Flush(); err != nil {
 		return
 	}
+	// net/http's hijack leaves what it read past the request in brw (the
+	// fast server's conn reads its own buffer first).
+	var down io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 {
+		down = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)
+	}
 	errc := make(chan error, 2)
-	go halfCopy(up, countingReader{conn, &ex.upgraded}, errc)
+	go halfCopy(up, countingReader{down, &ex.upgraded}, errc)
 	go halfCopy(conn, countingReader{up, &ex.upgraded}, errc)
 	if err := <-errc; err == nil {
 		<-errc

@@ -72,6 +72,11 @@ type Options struct {
 	// Collectors are extra metrics served on the Prometheus and admin
 	// endpoints (the eBPF redirect's counters).
 	Collectors []prometheus.Collector
+	// HTTP1Server is the server of plaintext downstream HTTP/1
+	// connections: HTTP1ServerMeshlet ("" too), the hand-written one with
+	// Envoy's HTTP/1 codec refusals, or HTTP1ServerNetHTTP, net/http's
+	// with its own, to tell whether a Go upgrade broke the former.
+	HTTP1Server string
 	// Identity is the sidecar's workload certificate and trust bundles
 	// (fed by SDS). With it, meshed endpoints are reached with mutual TLS
 	// and inbound listeners terminate it (see config.InboundMTLS); nil
@@ -231,6 +236,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.notReady.Store(opts.StartNotReady)
 	if opts.Workers < 0 {
 		return nil, fmt.Errorf("dataplane: Options.Workers %d: want a worker count (0: one)", opts.Workers)
+	}
+	if err := checkHTTP1Server(opts.HTTP1Server); err != nil {
+		return nil, err
 	}
 	for i := range max(1, opts.Workers) {
 		s.workers = append(s.workers, newWorker(s, i))

@@ -42,11 +42,11 @@ type streamIdle struct {
 	quiet int    // checks in a row without progress (under mu)
 	last  uint64 // progress at the last check (under mu)
 	s     *httpScratch
-	// What ends the request: its HTTP/1 writer, or an HTTP/2 stream's
-	// context and stream.
+	// What ends the request: its writer of the fast HTTP/1 server, or a
+	// serveStream request's context and stream.
 	h1     *h1Writer
 	cancel context.CancelCauseFunc
-	h2     *h2Stream
+	end    *streamEnd
 }
 
 // progress is the count of the request's bytes that moved so far.
@@ -92,17 +92,18 @@ func (si *streamIdle) AlarmFired(gen uint64) {
 			si.h1.timeoutFired(errStreamIdleTimeout)
 		} else {
 			si.cancel(errStreamIdleTimeout)
-			si.h2.timedOut(true)
+			si.end.timedOut(true)
 		}
 		return
 	}
 	si.gen = si.w.clock.Set(&si.alarm, si.every)
 }
 
-// h2Stream ends an HTTP/2 request's stream from outside its handler, once
-// a timeout fired: x/net resets a stream whose write deadline passes,
-// which unblocks a handler writing to a client that reads nothing.
-type h2Stream struct {
+// streamEnd ends a serveStream request's stream from outside its handler,
+// once a timeout fired: x/net resets a stream whose write deadline passes,
+// and net/http's HTTP/1 connection fails its writes past it, which
+// unblocks a handler writing to a client that reads nothing.
+type streamEnd struct {
 	mu   sync.Mutex
 	done bool // the handler returned: the stream's writer is gone
 	rc   *http.ResponseController
@@ -112,7 +113,7 @@ type h2Stream struct {
 // stallRead also ends a request body read now (the request is over). It returns at once (the
 // clock's goroutine must not block; deadlines go through the connection's
 // serving goroutine).
-func (h *h2Stream) timedOut(stallRead bool) {
+func (h *streamEnd) timedOut(stallRead bool) {
 	go func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -127,7 +128,7 @@ func (h *h2Stream) timedOut(stallRead bool) {
 }
 
 // end marks the handler returned.
-func (h *h2Stream) end() {
+func (h *streamEnd) end() {
 	h.mu.Lock()
 	h.done = true
 	h.mu.Unlock()

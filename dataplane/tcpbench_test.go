@@ -44,7 +44,7 @@ func benchTCPStream(b *testing.B, accelerated func(net.Conn) bool) {
 	echo := tcpEchoServer(b, "127.0.0.11")
 	cfg := tcpProxyConfig(echo)
 	cfg.AccessLog.Path = "off"
-	s, err := New(cfg, Options{Workers: 2, AccessLog: io.Discard, Accelerated: accelerated})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, Workers: 2, AccessLog: io.Discard, Accelerated: accelerated})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -175,7 +175,7 @@ func TestTCPIdleTimeoutKeepsBusyConnections(t *testing.T) {
 			const idle = 300 * time.Millisecond
 			cfg.Listeners[0].TCPIdleTimeout = idle
 			logs := &logBuffer{}
-			opts := Options{AccessLog: logs, Workers: 2}
+			opts := Options{HTTP1Server: testHTTP1Server, AccessLog: logs, Workers: 2}
 			if tc.accelerated {
 				opts.Accelerated = func(net.Conn) bool { return true }
 			}

@@ -54,6 +54,13 @@ type worker struct {
 	clock   clock.Clock
 	httpSrv *http.Server
 	h2      *http2.Server
+	// netHTTP: Options.HTTP1Server is net/http. fb are then the
+	// worker's net/http servers by request_headers_timeout (h1fallback.go),
+	// started on first use; fbStopped says the drain stopped them.
+	netHTTP   bool
+	fbMu      sync.Mutex
+	fb        map[time.Duration]*h1Fallback
+	fbStopped bool
 }
 
 func newWorker(s *Server, id int) *worker {
@@ -75,6 +82,7 @@ func newWorker(s *Server, id int) *worker {
 		MaxHeaderBytes: maxRequestHeaderBytes,
 	}
 	w.h2 = &http2.Server{}
+	w.netHTTP = s.opts.HTTP1Server == HTTP1ServerNetHTTP
 	return w
 }
 
@@ -175,16 +183,19 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 		info.h2 = &h2Conn{conn: sc}
 		w.h2.ServeConn(sc, &http2.ServeConnOpts{
 			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
-			Handler:    http.HandlerFunc(w.serveH2),
+			Handler:    http.HandlerFunc(w.serveStream),
 			BaseConfig: w.httpSrv,
 		})
 		c.Close()
-	case kind == kindHTTP1:
-		w.serveH1(sc)
-	case proto == config.ProtocolHTTP:
-		// An HTTP-only listener got something else: 400 and an
-		// access-log line flagged DPE.
-		w.serveH1(sc)
+	case kind == kindHTTP1, proto == config.ProtocolHTTP:
+		// (An HTTP-only listener that got something else: the fast
+		// server answers 400 with an access-log line flagged DPE,
+		// net/http its own 400.)
+		if w.netHTTP {
+			w.serveNetHTTP(sc, ls)
+		} else {
+			w.serveH1(sc)
+		}
 	default:
 		w.proxyTCP(c, st, ls, info, br)
 	}
@@ -363,6 +374,7 @@ func closeIdle(t http.RoundTripper) {
 func (w *worker) drain() {
 	w.httpSrv.SetKeepAlivesEnabled(false)
 	w.drainH1(false)
+	w.drainFallback()
 	w.mu.Lock()
 	ts := make([]http.RoundTripper, 0, len(w.transports))
 	for _, t := range w.transports {
@@ -377,4 +389,5 @@ func (w *worker) drain() {
 func (w *worker) close() {
 	w.pipes.close()
 	w.drainH1(true)
+	w.closeFallback()
 }

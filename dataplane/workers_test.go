@@ -15,7 +15,7 @@ func TestWorkersFromOptionsNotGOMAXPROCS(t *testing.T) {
 	prev := runtime.GOMAXPROCS(1)
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	cfg := testConfig(noRetry, testCluster("echo", endpoint("127.0.0.1:1", "a")))
-	s, err := New(cfg, Options{AccessLog: io.Discard, Workers: 2})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard, Workers: 2})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -41,14 +41,14 @@ func TestWorkersFromOptionsNotGOMAXPROCS(t *testing.T) {
 // Options.Workers 0 runs one worker; a negative count is refused, named.
 func TestWorkersDefaultAndInvalid(t *testing.T) {
 	cfg := testConfig(noRetry, testCluster("echo", endpoint("127.0.0.1:1", "a")))
-	s, err := New(cfg, Options{AccessLog: io.Discard})
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	if n := s.Workers(); n != 1 {
 		t.Errorf("Options.Workers 0: %d workers, want 1", n)
 	}
-	if _, err := New(cfg, Options{AccessLog: io.Discard, Workers: -1}); err == nil || !strings.Contains(err.Error(), "Workers -1") {
+	if _, err := New(cfg, Options{HTTP1Server: testHTTP1Server, AccessLog: io.Discard, Workers: -1}); err == nil || !strings.Contains(err.Error(), "Workers -1") {
 		t.Errorf("Options.Workers -1: %v, want an error naming it", err)
 	}
 }

@@ -118,6 +118,8 @@ step "go vet (compiles every package: minutes on a cold build cache)"
 run_long "vetting" make --no-print-directory vet
 step "unit tests: go test ./... (every package; fuzz targets on their seed corpus)"
 run_long "running the unit tests" make --no-print-directory unit
+step "data plane tests on the net/http HTTP/1 fallback: go test ./dataplane/ with MESHLET_TEST_HTTP1_SERVER=net/http (1-2 min)"
+run_long "running the data plane tests on the fallback" make --no-print-directory unit-http1-fallback
 step "Envoy load-balancing conformance vectors"
 make --no-print-directory vectors
 step "e2e tools (e2e/tools.sh: cached in ${MESHLET_CACHE:-~/.cache/meshlet}; 10-25 min to build cold)"

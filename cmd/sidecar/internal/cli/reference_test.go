@@ -21,7 +21,7 @@ func TestCLIReference(t *testing.T) {
 func TestHelp(t *testing.T) {
 	cmdlinetest.Help(t, Program())
 	for _, args := range [][]string{{}, {"lb"}, {"nope"}, {"lb", "nope"}, {"help", "nope"}, {"run", "-pod", "false"}, {"lb", "examples", "x"},
-		{"run", "-log-level", "loud"}, {"run", "-redirect", "iptables"}, {"run", "-pod", "-config", "x.yaml"}, {"run", "-watch", "soon"}} {
+		{"run", "-log-level", "loud"}, {"run", "-redirect", "iptables"}, {"run", "-http1-server", "fasthttp"}, {"run", "-pod", "-config", "x.yaml"}, {"run", "-watch", "soon"}} {
 		var out bytes.Buffer
 		err := Main(args, &out)
 		if ue := (*cmdline.UsageError)(nil); !errors.As(err, &ue) || !strings.Contains(ue.Usage, "usage: sidecar") {
@@ -32,6 +32,9 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
+	if err := Main([]string{"run", "-http1-server", "fasthttp"}, &out); err == nil || !strings.Contains(err.Error(), `-http1-server "fasthttp": want meshlet or net/http`) {
+		t.Errorf("run -http1-server fasthttp: %v, want the flag, the value and the choices named", err)
+	}
 	if err := Main([]string{"lb", "--help"}, &out); err != nil || !strings.Contains(out.String(), "lb simulate") || strings.Contains(out.String(), "\n  run ") {
 		t.Errorf("lb --help: %v, want the lb commands only:\n%s", err, out.String())
 	}

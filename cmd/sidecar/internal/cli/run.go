@@ -32,6 +32,7 @@ import (
 // runOptions are the flags of `sidecar run`.
 type runOptions struct {
 	config, redirect, podCgroup, logLevel string
+	http1Server                           string
 	xds, nodeID, xdsCA, xdsToken          string
 	sds, sdsCA, sdsToken, identity        string
 	pod, accelerate, xdsSotw              bool
@@ -91,6 +92,9 @@ func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) erro
 		"with -redirect=ebpf as root: once the redirect is attached and the listeners registered, switch every thread to this `UID` (and gid) with no capability left, before dialling SDS or xDS; 0 stays root. Where the kernel (before 6.5, unless kernel.unprivileged_bpf_disabled=0) keeps the maps from an unprivileged process, the sidecar stays root with a warning. Default from $MESHLET_PROXY_UID when set.")
 	fs.BoolVar(&o.accelerate, "accelerate", getenv("MESHLET_ACCELERATE") == "true",
 		"with -redirect=ebpf: short-circuit the pod's loopback hops between app and sidecar with sockops + sk_msg (an app that reads a loopback socket with splice(2) does not see accelerated bytes). Default true when $MESHLET_ACCELERATE is \"true\" (the meshlet.io/accelerate annotation).")
+	// Downstream HTTP/1.
+	fs.StringVar(&o.http1Server, "http1-server", dataplane.HTTP1ServerMeshlet,
+		"server `NAME` of plaintext downstream HTTP/1 connections: meshlet, the hand-written server, which refuses malformed requests as Envoy's HTTP/1 codec does; or net/http, Go's own server with the same routing, whose refusals are net/http's (looser), for telling whether a Go upgrade broke the hand-written server. HTTP/2 is served alike either way.")
 	// Resources.
 	fs.IntVar(&o.concurrency, "concurrency", envCount("MESHLET_CONCURRENCY", 0, "a worker count (0: one per usable CPU)"),
 		"run at most `N` workers, fewer where the CPU limit or affinity allows fewer; 0: one per usable CPU, which without a CPU limit is every CPU of the node, each idle one costing scheduler CPU. The injector sets 2 (meshlet.io/concurrency annotation). Default from $MESHLET_CONCURRENCY when set.")
@@ -122,6 +126,11 @@ func (o *runOptions) run(out io.Writer) error {
 	if o.proxyUID < 0 || o.proxyUID > 1<<31-2 {
 		return cmdline.Usagef("-proxy-uid %d: want 0 (stay root) or a uid", o.proxyUID)
 	}
+	switch o.http1Server {
+	case dataplane.HTTP1ServerMeshlet, dataplane.HTTP1ServerNetHTTP:
+	default:
+		return cmdline.Usagef("-http1-server %q: want %s or %s", o.http1Server, dataplane.HTTP1ServerMeshlet, dataplane.HTTP1ServerNetHTTP)
+	}
 	if o.concurrency < 0 {
 		return cmdline.Usagef("-concurrency %d: want a worker count (0: one per usable CPU)", o.concurrency)
 	}
@@ -150,7 +159,7 @@ func (o *runOptions) run(out io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: o.xds != "" || o.sds != "",
-		Workers: workers, Collectors: []prometheus.Collector{goProcessors}}
+		Workers: workers, Collectors: []prometheus.Collector{goProcessors}, HTTP1Server: o.http1Server}
 	gate := &readiness{}
 	var sdsClient *sds.Client
 	if o.xds != "" {
