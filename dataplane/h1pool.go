@@ -181,7 +181,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 const maxPooledBody = 64 << 10
 
 // RoundTrip implements http.RoundTripper, for a request that no HTTP/1
-// server request stands behind (health checks, HTTP/2 downstreams).
+// server request's writer goes with: an HTTP/2 downstream's, or one the
+// pool leaves to its fallback Transport (big or chunked bodies, Expect).
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	return p.send(req, nil)
 }
@@ -396,7 +397,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1W
 		break
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// The connection is the upgraded stream's now; forward closes
+		// The connection is the upgraded stream's now; proxy closes
 		// it when the request context ends.
 		stop.release()
 		resp.Body = &h1Upgraded{pc: pc}

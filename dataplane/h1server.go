@@ -592,7 +592,7 @@ func (rw *h1Writer) mayBeHeld() bool {
 	return rw.hadBody || rw.hijacked || rw.scratch.ex.ctxShared
 }
 
-// run calls the handler; it reports an abort (forward's
+// run calls the handler; it reports an abort (proxy's
 // http.ErrAbortHandler, or a panic, which is logged).
 func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 	defer func() {
@@ -1158,7 +1158,7 @@ func (rw *h1Writer) Header() http.Header {
 }
 
 // adoptHeader makes h the response's header map if nothing was set in
-// the writer's own yet (forward hands over the upstream response's, which
+// the writer's own yet (proxy hands over the upstream response's, which
 // is its to give: no copy per request); it reports whether it did.
 func (rw *h1Writer) adoptHeader(h http.Header) bool {
 	if len(rw.header) > 0 || rw.wrote || rw.hijacked {

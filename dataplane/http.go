@@ -203,7 +203,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	defer func() {
 		r := recover()
 		if r == http.ErrAbortHandler {
-			// forward aborts a response whose body copy failed, after its
+			// proxy aborts a response whose body copy failed, after its
 			// headers went out: say why, as Envoy's flags do.
 			ex.midBodyFailure(down, routeCtx)
 		}

@@ -145,7 +145,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 	}
 }
 
-// copyBody copies a response body downstream with the flushes forward
+// copyBody copies a response body downstream with the flushes proxy
 // describes. What a sized HTTP/1.1 body has in its connection's buffer is
 // written from there (no copy through a buffer of the pool), which is
 // all of a small response.

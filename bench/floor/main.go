@@ -5,7 +5,7 @@
 // benchmark's bodiless GETs), a response is read up to its Content-Length;
 // nothing is parsed, routed, counted or logged. Reads and sends are raw
 // system calls, the runtime's poller only waits for readiness, as in
-// meshlet's data plane (dataplane/rawio.go). It is not a proxy to use: it
+// meshlet's data plane (dataplane/internal/rawio). It is not a proxy to use: it
 // measures how much of meshlet's CPU per request is the Go runtime and the
 // kernel, and how much is meshlet's own work.
 package main
@@ -108,7 +108,7 @@ var errClosed = errors.New("connection closed")
 
 // rawRead reads once into p, waiting in the poller while there is
 // nothing. RawSyscall, not syscall.Read: entering the call through the
-// scheduler wakes the runtime's monitor thread (see dataplane/rawio.go).
+// scheduler wakes the runtime's monitor thread (see dataplane/internal/rawio).
 func rawRead(rc syscall.RawConn, p []byte) (int, error) {
 	var n uintptr
 	var errno syscall.Errno

@@ -40,7 +40,7 @@ type Clock struct {
 // the clock still lists it (a stopped alarm stays in the list until the
 // next tick): each set starts a new generation, and only the generation
 // the clock found due fires, so a reused object's alarm never fires for
-// an earlier use. The generation goes to alarmFired, for a target that
+// an earlier use. The generation goes to AlarmFired, for a target that
 // must tell its uses apart (one whose function may already be running
 // when it is stopped and set again).
 type Alarm struct {

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IO is c itself where raw socket I/O (rawio.go) is not built.
+// IO is c itself where raw socket I/O (rawio_linux.go) is not built.
 func IO(c *net.TCPConn) io.ReadWriter { return c }
 
 // Peek peeks at what socket fd holds without blocking
