@@ -95,8 +95,8 @@ func TestH1PoolUpstreamClosedIdleConnection(t *testing.T) {
 	if n := conns.Load(); n != 4 {
 		t.Errorf("upstream connections %d, want 4 (one per request)", n)
 	}
-	waitFor(t, "the 4 access-log lines", func() bool { return len(logs.lines()) >= 4 })
-	for _, l := range logs.lines() {
+	waitFor(t, "the 4 access-log lines", func() bool { return len(logs.Lines()) >= 4 })
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, " UC ") || strings.Contains(l, " 503 ") {
 			t.Errorf("a request failed on a connection the upstream had closed: %s", l)
 		}

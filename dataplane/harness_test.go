@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 	"github.com/meshlet-dev/meshlet/lb/retry"
@@ -22,29 +22,14 @@ import (
 // stands for hosts in zones) and real clients through the real proxy.
 
 // logBuffer collects access-log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
-}
+type logBuffer struct{ testtool.Buffer }
 
 // waitLine waits until a line containing every part appears.
 func (l *logBuffer) waitLine(t *testing.T, parts ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, line := range l.lines() {
+		for _, line := range l.Lines() {
 			ok := true
 			for _, p := range parts {
 				ok = ok && strings.Contains(line, p)
@@ -55,7 +40,7 @@ func (l *logBuffer) waitLine(t *testing.T, parts ...string) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no access-log line with %q in:\n%s", parts, strings.Join(l.lines(), "\n"))
+	t.Fatalf("no access-log line with %q in:\n%s", parts, strings.Join(l.Lines(), "\n"))
 	return ""
 }
 
@@ -91,13 +76,6 @@ func serveTCP(t testing.TB, ip string, handle func(net.Conn)) string {
 		}
 	}()
 	return l.Addr().String()
-}
-
-// String returns everything written so far.
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // named answers 200 with its name, for counting where requests went.

@@ -15,20 +15,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
 // waitFor polls cond until it holds or 5 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testtool.WaitFor(t, what, cond)
 }
 
 func hostFlags(s *Server, cluster, addr string) string {

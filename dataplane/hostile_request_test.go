@@ -242,7 +242,7 @@ func (c hostileCase) run(t *testing.T, s *Server, logs *logBuffer, rec *recorder
 	if len(c.log) > 0 {
 		flushAccessLog(s)
 		found := false
-		for _, l := range logs.lines() {
+		for _, l := range logs.Lines() {
 			ok := true
 			for _, p := range c.log {
 				ok = ok && strings.Contains(l, p)

@@ -551,7 +551,7 @@ func TestRequestHeadersTimeoutSlowClients(t *testing.T) {
 	// (net/http's reader had it), so the line shows none.
 	waitFor(t, "an access-log line per slow client", func() bool {
 		n := 0
-		for _, l := range logs.lines() {
+		for _, l := range logs.Lines() {
 			if strings.Contains(l, `"- - HTTP/1.1" 408 - `) && strings.Contains(l, "request_header_timeout") {
 				n++
 			}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -123,12 +124,5 @@ func eq[T any](t *testing.T, got, want T) {
 
 func wantErr(t *testing.T, err error, parts ...string) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want one containing %q", parts)
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Fatalf("error %q does not contain %q", err, p)
-		}
-	}
+	testtool.WantErr(t, err, parts...)
 }

@@ -1,15 +1,14 @@
 package logsink
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
 )
 
@@ -47,11 +46,11 @@ func TestAccessLogBatches(t *testing.T) {
 		e := accesslog.Entry{StartTime: time.Now(), Method: "GET", Path: fmt.Sprintf("/%d", i), Protocol: "HTTP/1.1", ResponseCode: 200}
 		al.Write(0, &e, Extra{Cluster: "c"})
 	}
-	waitFor(t, "1000 lines written", func() bool { return al.written.Load() == 1000 })
+	testtool.WaitFor(t, "1000 lines written", func() bool { return al.written.Load() == 1000 })
 	if calls := w.calls.Load(); calls > 20 {
 		t.Errorf("1000 lines took %d writes, want them batched", calls)
 	}
-	lines := w.lines()
+	lines := w.Lines()
 	if len(lines) != 1000 || !strings.Contains(lines[0], `"GET /0 `) || !strings.Contains(lines[999], `"GET /999 `) {
 		t.Fatalf("%d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
 	}
@@ -65,7 +64,7 @@ func TestAccessLogBatches(t *testing.T) {
 	}
 	// (Lines carry meshlet's fields after Envoy's: the buffer passes the
 	// mark before the n-th line, and the writer may take it then.)
-	waitFor(t, "a full buffer written before the interval", func() bool { return slow.written.Load() > 0 })
+	testtool.WaitFor(t, "a full buffer written before the interval", func() bool { return slow.written.Load() > 0 })
 	slow.Write(0, &e, Extra{})
 	slow.Close() // writes the rest
 	if got := slow.written.Load(); got != uint64(n)+1 {
@@ -76,46 +75,15 @@ func TestAccessLogBatches(t *testing.T) {
 
 // countingWriter records what is written and how many writes it took.
 type countingWriter struct {
-	logBuffer
+	testtool.Buffer
 	calls atomic.Int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.calls.Add(1)
-	return c.logBuffer.Write(p)
+	return c.Buffer.Write(p)
 }
 
 type blockingWriter struct{ release chan struct{} }
 
 func (b *blockingWriter) Write(p []byte) (int, error) { <-b.release; return len(p), nil }
-
-// logBuffer collects what is written.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
-}
-
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
