@@ -1,52 +1,36 @@
 package puritytest
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 )
 
-// recorder is a testing.TB that collects failures instead of failing.
-type recorder struct {
-	testing.TB
-	errs  []string
-	fatal bool
-}
-
-func (r *recorder) Helper() {}
-func (r *recorder) Errorf(format string, args ...any) {
-	r.errs = append(r.errs, fmt.Sprintf(format, args...))
-}
-func (r *recorder) Fatal(args ...any) { r.fatal = true; r.errs = append(r.errs, fmt.Sprint(args...)) }
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.fatal = true
-	r.errs = append(r.errs, fmt.Sprintf(format, args...))
-}
-
 func TestCheckReportsEachViolation(t *testing.T) {
-	r := &recorder{TB: t}
+	r := &testtool.Recorder{TB: t}
 	check(r, "testdata/impure", 1, []string{"time"})
 	want := []string{`imports "os"`, "go statement", "time.Now", "time.Sleep"}
 	for _, w := range want {
-		if !slices.ContainsFunc(r.errs, func(e string) bool { return strings.Contains(e, w) }) {
-			t.Errorf("no failure mentions %q; got %q", w, r.errs)
+		if !slices.ContainsFunc(r.Errs, func(e string) bool { return strings.Contains(e, w) }) {
+			t.Errorf("no failure mentions %q; got %q", w, r.Errs)
 		}
 	}
-	if len(r.errs) != len(want) {
-		t.Errorf("got %d failures, want %d: %q", len(r.errs), len(want), r.errs)
+	if len(r.Errs) != len(want) {
+		t.Errorf("got %d failures, want %d: %q", len(r.Errs), len(want), r.Errs)
 	}
 }
 
 func TestCheckPassesPureCode(t *testing.T) {
-	r := &recorder{TB: t}
+	r := &testtool.Recorder{TB: t}
 	check(r, "testdata/pure", 1, []string{"time"})
-	if len(r.errs) != 0 {
-		t.Errorf("pure package failed: %q", r.errs)
+	if len(r.Errs) != 0 {
+		t.Errorf("pure package failed: %q", r.Errs)
 	}
-	r = &recorder{TB: t}
+	r = &testtool.Recorder{TB: t}
 	check(r, "testdata/pure", 2, []string{"time"})
-	if !r.fatal {
+	if !r.Stopped {
 		t.Error("too few files: want a fatal failure")
 	}
 }

@@ -2,6 +2,7 @@ package testtool
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -74,4 +75,30 @@ func WantErr(t testing.TB, err error, parts ...string) {
 			t.Fatalf("error %q does not contain %q", err, p)
 		}
 	}
+}
+
+// Recorder is a testing.TB that collects failures instead of failing,
+// for tests of checkers that report through a testing.TB. Its Fatal and
+// Fatalf do not stop the caller.
+type Recorder struct {
+	testing.TB
+	Errs    []string // every failure reported, in order
+	Stopped bool     // Fatal or Fatalf was called
+}
+
+// Helper does nothing: the recorder reports no lines of its own.
+func (r *Recorder) Helper() {}
+
+// Errorf records a failure.
+func (r *Recorder) Errorf(format string, args ...any) {
+	r.Errs = append(r.Errs, fmt.Sprintf(format, args...))
+}
+
+// Fatal records a failure and that the check wanted to stop.
+func (r *Recorder) Fatal(args ...any) { r.Stopped = true; r.Errs = append(r.Errs, fmt.Sprint(args...)) }
+
+// Fatalf records a failure and that the check wanted to stop.
+func (r *Recorder) Fatalf(format string, args ...any) {
+	r.Stopped = true
+	r.Errs = append(r.Errs, fmt.Sprintf(format, args...))
 }

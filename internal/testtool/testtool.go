@@ -1,6 +1,7 @@
 // Package testtool installs the Go programs tests run as real peers or
 // tools (fortio, h2spec, helm) with `go install` from the module proxy
-// into a cache outside the clone, once per version.
+// into a cache outside the clone, once per version; it also holds the
+// helpers several packages' tests share (helpers.go).
 package testtool
 
 import (
