@@ -27,8 +27,8 @@
 //   - opaque TCP (one upstream per connection, idle timeout): tcp.go, with
 //     splice_linux.go (pipes);
 //   - the HTTP/1 server (connection loop, response writer, request body,
-//     client-gone watch): h1server.go, behind its handler entry serveHTTP
-//     (http.go); the wire format it reads (request-head checks with
+//     client-gone watch): h1server.go, which hands each request's writer to the
+//     router's entry serveRequest (http.go) as the request's handle; the wire format it reads (request-head checks with
 //     Envoy's HTTP/1 codec refusals, fast request and response head
 //     readers): internal/h1; a refused request's answer and log line:
 //     h1reject.go;

@@ -86,7 +86,7 @@ func (w *worker) fallback(headers time.Duration) *h1Fallback {
 	ctx := w.s.ctx
 	fb := &h1Fallback{l: newConnListener(fmt.Sprintf("worker %d HTTP/1 fallback", w.id))}
 	fb.srv = &http.Server{
-		Handler:           http.HandlerFunc(w.serveHTTP),
+		Handler:           http.HandlerFunc(w.serveStream),
 		ReadHeaderTimeout: headers,
 		IdleTimeout:       h1IdleTimeout,
 		// net/http reads up to 4 KiB past it before answering 431.

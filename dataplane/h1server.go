@@ -39,7 +39,7 @@ import (
 // start, a park and a wake-up per request, which the proxy benchmark showed
 // as a large part of the CPU at low load. This server reads requests with
 // net/http's parser on the connection's goroutine and serves them with the
-// same handler (worker.serveHTTP, proxy), and watches for the client
+// same router (worker.serveRequest, handed the request's writer), and watches for the client
 // going away only once a request has taken longer than dcWatchDelay: most
 // requests are answered before.
 //
@@ -402,7 +402,7 @@ func (w *worker) serveH1(sc *sniffedConn) {
 			c.setReadDeadline(headerDeadline)
 		}
 		c.src.limit = maxRequestHeaderBytes - c.br.Buffered()
-		// The writer (with serveHTTP's state) is the connection's, as
+		// The writer (with the router's state) is the connection's, as
 		// are the stores of the request as read and of its upstream
 		// response.
 		if c.rw == nil {
@@ -521,7 +521,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 			// proxy_100_continue false) once the request goes upstream
 			// (sendContinue): a local answer (no route, no healthy
 			// host) leaves the client's body unsent.
-			body.rw = rw
+			rw.continuePending = true
 			req.Header.Del("Expect")
 		}
 		req.Body = body
@@ -557,7 +557,7 @@ func (c *h1ServerConn) serve(base context.Context, req *http.Request, rw *h1Writ
 	// deadline. A client still waiting for its 100 Continue will not send
 	// the body: that connection closes.
 	if body != nil && !body.eof {
-		if body.rw != nil {
+		if rw.continuePending {
 			return false
 		}
 		c.setReadDeadline(time.Now().Add(5 * time.Second))
@@ -606,7 +606,7 @@ func (c *h1ServerConn) run(rw *h1Writer, req *http.Request) (aborted bool) {
 			}
 		}
 	}()
-	c.w.serveHTTP(rw, req)
+	c.w.serveRequest(rw, req, &rw.scratch, rw, nil)
 	return false
 }
 
@@ -706,33 +706,33 @@ func (c *h1ServerConn) checkHead() (*h1.Reject, error) {
 }
 
 // h1ReqBody is a request body: at its end the disconnect watch is armed (the
-// connection may then be read), and a 100 Continue goes out before the
-// first read when the client asked for it. Close does not drain (net/http's
-// would read all of an abandoned upload); serve skips a bounded rest. A
-// body whose framing breaks (a malformed chunk) is recorded in its writer
+// connection may then be read). Close does not drain (net/http's would
+// read all of an abandoned upload); serve skips a bounded rest. A body
+// whose framing breaks (a malformed chunk) is recorded in its writer
 // (h1Writer.bodyErr): the client's protocol error, not the upstream's.
 type h1ReqBody struct {
 	io.ReadCloser
 	onEOF  func()
-	rw     *h1Writer // 100 Continue not sent yet (sendContinue)
 	w      *h1Writer // the request's
 	eof    bool
 	closed bool
 }
 
-// sendContinue sends the 100 Continue the client waits for before its
-// body, once, from the request's goroutine before the request goes
-// upstream: the body is then read by the transport's goroutine, which
-// must not write to the client while the response is written.
-func (b *h1ReqBody) sendContinue() {
-	if b.rw == nil {
+// sendContinue sends the 100 Continue the client of rw's request waits
+// for before its body (Expect: 100-continue), once, from the request's
+// goroutine before the request goes upstream: the body is then read by
+// the transport's goroutine, which must not write to the client while the
+// response is written. A request that asked none, or whose answer is
+// local, sends none.
+func (rw *h1Writer) sendContinue() {
+	if !rw.continuePending {
 		return
 	}
-	if !b.rw.committed {
-		_, _ = io.WriteString(b.rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")
-		_ = b.rw.c.bw.Flush()
+	if !rw.committed {
+		_, _ = io.WriteString(rw.c.bw, "HTTP/1.1 100 Continue\r\n\r\n")
+		_ = rw.c.bw.Flush()
 	}
-	b.rw = nil
+	rw.continuePending = false
 }
 
 // Close marks the body closed.
@@ -901,7 +901,7 @@ type h1Writer struct {
 	bodyPending atomic.Bool
 	// bodyErr is set (from whichever goroutine reads the body) when the
 	// request's body broke its framing: the response closes the
-	// connection, and serveHTTP answers 400 DPE rather than blame the
+	// connection, and the router answers 400 DPE rather than blame the
 	// upstream.
 	bodyErr atomic.Pointer[bodyError]
 }
@@ -933,8 +933,11 @@ type h1Response struct {
 	cancel context.CancelCauseFunc
 	// wantsClose: the client asked to close after this response.
 	wantsClose bool
+	// continuePending: the client waits for a 100 Continue before its
+	// body, not sent yet (sendContinue).
+	continuePending bool
 	// in is the request as read and store its upstream response (the
-	// connection's, h1ServerConn.in and .store); scratch serveHTTP's
+	// connection's, h1ServerConn.in and .store); scratch the router's
 	// state.
 	in      *h1.ReqStore
 	store   *respStore

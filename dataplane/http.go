@@ -78,7 +78,7 @@ type activeStream struct {
 	netHTTP1 bool
 }
 
-// httpScratch is serveHTTP's state for one request, in one allocation
+// httpScratch is the router's state for one request, in one allocation
 // (for HTTP/1, inside the request's writer).
 type httpScratch struct {
 	sw      statusWriter
@@ -147,19 +147,6 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// serveHTTP serves an HTTP/1 request (the handler of both HTTP/1
-// servers): the fast server's request has its state in the connection's
-// writer, which owns its timeouts; net/http's fallback (h1fallback.go)
-// takes the generic path.
-func (w *worker) serveHTTP(rw http.ResponseWriter, req *http.Request) {
-	hw, ok := rw.(*h1Writer)
-	if !ok {
-		w.serveStream(rw, req)
-		return
-	}
-	w.serveRequest(rw, req, &hw.scratch, hw, nil)
-}
-
 // serveStream serves a request of a server other than the fast HTTP/1 one:
 // an HTTP/2 stream (x/net's handler) or a request of the net/http
 // fallback. Its timeouts reach it from other goroutines (streamEnd), so
@@ -175,9 +162,10 @@ func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
 	w.serveRequest(rw, req.WithContext(ctx), &hs.httpScratch, nil, hs)
 }
 
-// serveRequest is the handler's work for one request, with its state s,
-// and the writer hw of a fast-server HTTP/1 request or the stream hs of
-// any other (serveStream).
+// serveRequest is the router's entry for one request, with its state s.
+// Each server passes its own handle on the request, never found by a
+// type assertion: the fast HTTP/1 server its writer hw (h1ServerConn.run:
+// rw is hw), every other server the stream hs (serveStream).
 func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *streamScratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
@@ -258,8 +246,8 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
-			if b, ok := cb.ReadCloser.(*h1ReqBody); ok {
-				b.sendContinue() // the body is read now, before any attempt
+			if hw != nil {
+				hw.sendContinue() // the body is read now, before any attempt
 			}
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
@@ -678,10 +666,8 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	if out != req || !pooled {
 		ex.ctxShared = true
 	}
-	if cb, ok := req.Body.(*countingBody); ok {
-		if b, ok := cb.ReadCloser.(*h1ReqBody); ok {
-			b.sendContinue()
-		}
+	if ex.h1 != nil {
+		ex.h1.sendContinue()
 	}
 	var resp *http.Response
 	var err error

@@ -34,7 +34,7 @@ import (
 // Content-Length, or Server-Sent Events) after every write, its headers at
 // once. Trailers follow the body. A body that breaks off after the
 // headers went out aborts the downstream response (http.ErrAbortHandler:
-// the connection or stream is reset, and serveHTTP flags why).
+// the connection or stream is reset, and serveRequest flags why).
 func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStream) {
 	if req.ContentLength == 0 {
 		req.Body = nil
