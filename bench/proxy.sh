@@ -5,8 +5,15 @@
 # bench/RESULTS.md and bench/proxy.png. The sidecar's memory is
 # bench/memory.sh's.
 #
-# Usage: bench/proxy.sh        (one run of 3 alternating rounds, about 5 minutes
-#                               once tools are installed; MESHLET_BENCH_ROUNDS=N)
+# Every proxy runs with 1 and with 2 workers (threads, worker processes,
+# Go processors), the scenarios alternating within each round.
+#
+# Usage: bench/proxy.sh        (one run of 3 alternating rounds, about 15 minutes
+#                               once tools are installed; MESHLET_BENCH_ROUNDS=N,
+#                               MESHLET_BENCH_WORKERS="1 2")
+#        MESHLET_BENCH_BASE=REV bench/proxy.sh   also runs meshlet built from
+#                               git revision REV ("meshlet@REV" rows), alternating
+#                               with the work tree's build: a refactor's CPU cost
 #        MESHLET_BENCH_KEEP=1 bench/proxy.sh   keeps the temporary folder (logs, JSON)
 #
 # Installs what is missing: apt packages haproxy, nginx, gnuplot-nox, and
@@ -26,6 +33,8 @@ CACHE=${MESHLET_CACHE:-$HOME/.cache/meshlet}
 FORTIO_VERSION=1.68.2
 DURATION=${MESHLET_BENCH_DURATION:-10s}
 ROUNDS=${MESHLET_BENCH_ROUNDS:-3}
+WORKERS=${MESHLET_BENCH_WORKERS:-1 2}
+BASE=${MESHLET_BENCH_BASE:-}
 UP=127.0.0.1:18080
 PORT_MESHLET=18101 PORT_HAPROXY=18102 PORT_NGINX=18103 PORT_FLOOR=18104
 out_md=bench/RESULTS.md
@@ -78,6 +87,15 @@ clk_tck=$(getconf CLK_TCK)
 log "building sidecar and upstream"
 CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar" ./cmd/sidecar # as `make sidecar`
 go build -o "$tmp/upstream" ./bench/upstream
+base_name=""
+if [ -n "$BASE" ]; then
+  base_rev=$(git rev-parse --short "$BASE") || die "MESHLET_BENCH_BASE=$BASE is no git revision"
+  base_name="meshlet@$base_rev"
+  log "building the sidecar at $base_rev (git worktree in $tmp/base)"
+  git worktree add -q --detach "$tmp/base" "$base_rev"
+  (cd "$tmp/base" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar-base" ./cmd/sidecar)
+  git worktree remove --force "$tmp/base"
+fi
 go build -o "$tmp/floor" ./bench/floor
 
 ports_free 18080 $PORT_MESHLET $PORT_HAPROXY $PORT_NGINX $PORT_FLOOR 18190 18191 18192 ||
@@ -158,27 +176,30 @@ start upstream "$tmp/upstream" -addr "$UP"
 wait_http "http://$UP/" || die "upstream did not start (see log: $(cat "$tmp/upstream.out"))"
 
 # ---------------------------------------------------------------- the runs
-# Each scenario runs ROUNDS times, the five alternating, each proxy started
-# afresh per round; the table gives medians (one run of a proxy varies by
-# 10-20 % on a shared machine).
+# Each scenario runs ROUNDS times, all of them alternating within a
+# round, each proxy started afresh per round and worker count; the table
+# gives medians (one run of a proxy varies by 10-20 % on a shared machine).
+# A scenario's name is PROXY-wN (N workers), its run's PROXY-wN@ROUND.
 bench_direct() { # bench_direct ROUND
   log "direct, round $1"
   scenario "direct@$1" "http://$UP/"
 }
 
 sidecar_config $PORT_MESHLET 18190 >"$tmp/meshlet.yaml"
-bench_meshlet() { # bench_meshlet ROUND
-  log "meshlet, round $1"
-  start meshlet "$tmp/sidecar" run -config "$tmp/meshlet.yaml" -watch 0
+bench_meshlet() { # bench_meshlet ROUND WORKERS [NAME BINARY]
+  local name=${3:-meshlet} bin=${4:-$tmp/sidecar}
+  log "$name, $2 workers, round $1"
+  start "$name-w$2" "$bin" run -config "$tmp/meshlet.yaml" -watch 0 -concurrency "$2"
   local pid=$started
-  scenario "meshlet@$1" "http://127.0.0.1:$PORT_MESHLET/" "$pid"
-  curl -fsS --max-time 2 "http://127.0.0.1:18190/stats" >"$tmp/meshlet-stats.txt" 2>/dev/null || true
+  scenario "$name-w$2@$1" "http://127.0.0.1:$PORT_MESHLET/" "$pid"
+  curl -fsS --max-time 2 "http://127.0.0.1:18190/stats" >"$tmp/$name-w$2-stats.txt" 2>/dev/null || true
   stop "$pid"
 }
 
-cat >"$tmp/haproxy.cfg" <<CFG
+haproxy_cfg() { # haproxy_cfg THREADS
+  cat <<CFG
 global
-    nbthread 2
+    nbthread $1
     maxconn 4096
 defaults
     mode http
@@ -193,18 +214,23 @@ backend upstream
     http-reuse always
     server up $UP
 CFG
-haproxy -c -q -f "$tmp/haproxy.cfg" || die "haproxy config check failed"
-bench_haproxy() { # bench_haproxy ROUND
-  log "haproxy, round $1"
-  start haproxy haproxy -db -f "$tmp/haproxy.cfg"
+}
+for n in $WORKERS; do
+  haproxy_cfg "$n" >"$tmp/haproxy-$n.cfg"
+  haproxy -c -q -f "$tmp/haproxy-$n.cfg" || die "haproxy config check failed"
+done
+bench_haproxy() { # bench_haproxy ROUND WORKERS
+  log "haproxy, $2 threads, round $1"
+  start "haproxy-w$2" haproxy -db -f "$tmp/haproxy-$2.cfg"
   local pid=$started
-  scenario "haproxy@$1" "http://127.0.0.1:$PORT_HAPROXY/" "$pid"
+  scenario "haproxy-w$2@$1" "http://127.0.0.1:$PORT_HAPROXY/" "$pid"
   stop "$pid"
 }
 
 mkdir -p "$tmp/nginx/logs" "$tmp/nginx/tmp"
-cat >"$tmp/nginx/nginx.conf" <<CFG
-worker_processes 2;
+nginx_cfg() { # nginx_cfg WORKER_PROCESSES
+  cat <<CFG
+worker_processes $1;
 daemon off;
 pid $tmp/nginx/nginx.pid;
 error_log $tmp/nginx/logs/error.log warn;
@@ -234,33 +260,42 @@ http {
     }
 }
 CFG
-nginx -t -q -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf" || die "nginx config check failed"
-bench_nginx() { # bench_nginx ROUND
-  log "nginx, round $1"
-  start nginx nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf"
-  local pid=$started
+}
+for n in $WORKERS; do
+  nginx_cfg "$n" >"$tmp/nginx/nginx-$n.conf"
+  nginx -t -q -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx-$n.conf" || die "nginx config check failed"
+done
+start_nginx() { # start_nginx WORKERS: the master's pid in $started, all pids in $nginx_pids
+  start "nginx-w$1" nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx-$1.conf"
   wait_http "http://127.0.0.1:$PORT_NGINX/" || die "nginx did not start"
-  local pids
-  mapfile -t pids < <(proc_group "$pid")
-  [ ${#pids[@]} -ge 3 ] || die "nginx: expected a master and 2 workers, found pids ${pids[*]}"
-  scenario "nginx@$1" "http://127.0.0.1:$PORT_NGINX/" "${pids[@]}"
+  mapfile -t nginx_pids < <(proc_group "$started")
+  [ ${#nginx_pids[@]} -ge $(($1 + 1)) ] || die "nginx: expected a master and $1 workers, found pids ${nginx_pids[*]}"
+}
+bench_nginx() { # bench_nginx ROUND WORKERS
+  log "nginx, $2 worker processes, round $1"
+  start_nginx "$2"
+  local pid=$started
+  scenario "nginx-w$2@$1" "http://127.0.0.1:$PORT_NGINX/" "${nginx_pids[@]}"
   stop "$pid"
 }
 
-bench_floor() { # bench_floor ROUND
-  log "Go floor, round $1"
-  start floor "$tmp/floor" -listen "127.0.0.1:$PORT_FLOOR" -upstream "$UP"
+bench_floor() { # bench_floor ROUND WORKERS
+  log "Go floor, GOMAXPROCS=$2, round $1"
+  start "floor-w$2" env GOMAXPROCS="$2" "$tmp/floor" -listen "127.0.0.1:$PORT_FLOOR" -upstream "$UP"
   local pid=$started
-  scenario "floor@$1" "http://127.0.0.1:$PORT_FLOOR/" "$pid"
+  scenario "floor-w$2@$1" "http://127.0.0.1:$PORT_FLOOR/" "$pid"
   stop "$pid"
 }
 
 for round in $(seq "$ROUNDS"); do
   bench_direct "$round"
-  bench_meshlet "$round"
-  bench_haproxy "$round"
-  bench_nginx "$round"
-  bench_floor "$round"
+  for n in $WORKERS; do
+    bench_meshlet "$round" "$n"
+    [ -n "$base_name" ] && bench_meshlet "$round" "$n" "$base_name" "$tmp/sidecar-base"
+    bench_haproxy "$round" "$n"
+    bench_nginx "$round" "$n"
+    bench_floor "$round" "$n"
+  done
 done
 
 load_end=$(loadavg)
@@ -277,20 +312,19 @@ pages_run() {
   python3 bench/pages.py "$port" 7 "$@" >"$tmp/$name.pages" || die "pages.py $name failed"
   log "$name: pages per request $(cat "$tmp/$name.pages")"
 }
-log "pages touched per request"
-start meshlet-pages "$tmp/sidecar" run -config "$tmp/meshlet.yaml" -watch 0
+pages_w=${WORKERS##* }
+log "pages touched per request ($pages_w workers)"
+start meshlet-pages "$tmp/sidecar" run -config "$tmp/meshlet.yaml" -watch 0 -concurrency "$pages_w"
 pages_run meshlet $PORT_MESHLET "$started"
 stop "$started"
-start haproxy-pages haproxy -db -f "$tmp/haproxy.cfg"
+start haproxy-pages haproxy -db -f "$tmp/haproxy-$pages_w.cfg"
 pages_run haproxy $PORT_HAPROXY "$started"
 stop "$started"
-start nginx-pages nginx -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx/nginx.conf"
+start_nginx "$pages_w"
 nginx_pid=$started
-wait_http "http://127.0.0.1:$PORT_NGINX/" || die "nginx did not start"
-mapfile -t nginx_pids < <(proc_group "$nginx_pid")
 pages_run nginx $PORT_NGINX "${nginx_pids[@]}"
 stop "$nginx_pid"
-start floor-pages "$tmp/floor" -listen "127.0.0.1:$PORT_FLOOR" -upstream "$UP"
+start floor-pages env GOMAXPROCS="$pages_w" "$tmp/floor" -listen "127.0.0.1:$PORT_FLOOR" -upstream "$UP"
 pages_run floor $PORT_FLOOR "$started"
 stop "$started"
 if grep -qw pcid /proc/cpuinfo; then
@@ -306,12 +340,15 @@ fortio_version=$("$fortio" version 2>&1 | sed -n 1p)
 go_version=$(go version)
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^model name[[:space:]]*: //')
 
+export WORKERS BASE_NAME=$base_name
 python3 - "$tmp" "$clk_tck" "$ROUNDS" <<'PY'
 import json, statistics, sys, os
 tmp, tck = sys.argv[1], int(sys.argv[2])
 rounds = int(sys.argv[3])
+workers = os.environ["WORKERS"].split()
+proxies = ["meshlet"] + ([os.environ["BASE_NAME"]] if os.environ.get("BASE_NAME") else []) + ["haproxy", "nginx", "floor"]
 rows = []
-for name in ["direct", "meshlet", "haproxy", "nginx", "floor"]:
+for name in ["direct"] + [f"{p}-w{n}" for n in workers for p in proxies]:
     r = {"name": name}
     for kind in ["max", "fixed"]:
         runs = []
@@ -343,14 +380,15 @@ rows = json.load(open(os.path.join(sys.argv[1], "rows.json")))
 print("# name cpu_max_us cpu_1000rps_us p50_us p99_us")
 for r in rows:
     cm = r["max"]["cpu"]; cf = r["fixed"]["cpu"]
-    print(r["name"], "%.2f" % (cm or 0), "%.2f" % (cf or 0), "%.1f" % (r["fixed"]["p50"] * 1e3), "%.1f" % (r["fixed"]["p99"] * 1e3))
+    print(r["name"].replace("meshlet@", "base@"), "%.2f" % (cm or 0), "%.2f" % (cf or 0), "%.1f" % (r["fixed"]["p50"] * 1e3), "%.1f" % (r["fixed"]["p99"] * 1e3))
 PY
+nrows=$(($(wc -l <"$tmp/cpu.dat") - 1))
 
 run_date=$(date -u +%Y-%m-%d)
 gnuplot <<GP
-set terminal pngcairo size 1280,600 font "DejaVu Sans,11"
+set terminal pngcairo size 1600,640 font "DejaVu Sans,11"
 set output "$out_png"
-set multiplot layout 1,2 title "meshlet vs haproxy vs nginx (and the Go floor), HTTP/1.1 keep-alive on loopback, 1 KiB responses (fortio ${FORTIO_VERSION}, ${run_date}, 2 shared cores)"
+set multiplot layout 1,2 title "meshlet vs haproxy vs nginx (and the Go floor), 1 and 2 workers (-wN), HTTP/1.1 keep-alive on loopback, 1 KiB responses (fortio ${FORTIO_VERSION}, ${run_date}, 2 cores)"
 set style data histogram
 set style histogram clustered gap 1
 set style fill solid 0.85 border -1
@@ -359,16 +397,17 @@ set grid ytics
 set yrange [0:*]
 set offsets 0, 0, graph 0.1, 0
 set key below horizontal
+set xtics rotate by -30
 set title "Proxy CPU time per request (lower is better)"
 set ylabel "CPU µs / request (all proxy processes)"
-set xrange [-0.6:3.6]
+set xrange [-0.6:$nrows-1.4]
 plot "< tail -n +3 $tmp/cpu.dat" using 2:xtic(1) title "max throughput (c=16)" lc rgb "#4477aa", \
      "" using 3 title "1000 req/s (c=8)" lc rgb "#ee7733", \
-     "" using (\$0-1.0/6):2:(sprintf("%.1f",\$2)) with labels offset 0,0.7 notitle, \
-     "" using (\$0+1.0/6):3:(sprintf("%.1f",\$3)) with labels offset 0,0.7 notitle
+     "" using (\$0-1.0/6):2:(sprintf("%.0f",\$2)) with labels offset 0,0.7 notitle, \
+     "" using (\$0+1.0/6):3:(sprintf("%.0f",\$3)) with labels offset 0,0.7 notitle
 set title "Latency at 1000 req/s, c=8 (lower is better)"
 set ylabel "latency µs"
-set xrange [-0.6:4.6]
+set xrange [-0.6:$nrows-0.4]
 plot "< tail -n +2 $tmp/cpu.dat" using 4:xtic(1) title "p50" lc rgb "#228833", \
      "" using 5 title "p99" lc rgb "#aa3377", \
      "" using (\$0-1.0/6):4:(sprintf("%.0f",\$4)) with labels offset 0,0.7 notitle, \
@@ -378,12 +417,15 @@ GP
 
 export RUN_DATE=$run_date CPU_MODEL=$cpu_model NPROC=$(nproc) LOAD_START=$load_start LOAD_END=$load_end \
   HAPROXY_VERSION=$haproxy_version NGINX_VERSION=$nginx_version FORTIO_VERSION_OUT=$fortio_version \
-  GO_VERSION=$go_version UP DURATION ROUNDS PCID="$pcid"
+  GO_VERSION=$go_version UP DURATION ROUNDS PCID="$pcid" PAGES_W=$pages_w
 python3 - "$tmp" "$out_md" <<'PY'
 import json, os, re, sys
 tmp, path = sys.argv[1], sys.argv[2]
 E = os.environ
 rows = {r["name"]: r for r in json.load(open(os.path.join(tmp, "rows.json")))}
+workers = E["WORKERS"].split()
+base = E.get("BASE_NAME", "")
+proxies = ["meshlet"] + ([base] if base else []) + ["haproxy", "nginx", "floor"]
 
 
 def ms(v):
@@ -394,21 +436,23 @@ def us(v):
     return "-" if v is None else "%.1f" % v
 
 
-lines = []
-for name in ["direct", "meshlet", "haproxy", "nginx", "floor"]:
-    r = rows[name]
+def row(label, r, w="-"):
     m, f = r["max"], r["fixed"]
-    lines.append(f"| {name} | {m['qps']:.0f} | {ms(f['p50'])} | {ms(f['p90'])} | {ms(f['p99'])} "
-                 f"| {us(m['cpu'])} | {us(f['cpu'])} | {m['bad'] + f['bad']} |")
+    return (f"| {label} | {w} | {m['qps']:.0f} | {ms(f['p50'])} | {ms(f['p90'])} | {ms(f['p99'])} "
+            f"| {us(m['cpu'])} | {us(f['cpu'])} | {m['bad'] + f['bad']} |")
+
+
+lines = [row("direct", rows["direct"])]
+for n in workers:
+    for p in proxies:
+        lines.append(row(f"`{p}`" if p == base else p, rows[f"{p}-w{n}"], n))
 table = "\n".join(lines)
 cpu_rounds = "CPU µs per request in each round (max throughput / 1000 rps): " + "; ".join(
-    f"{n} " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(rows[n]["max"]["cpus"], rows[n]["fixed"]["cpus"]))
-    for n in ["meshlet", "haproxy", "nginx", "floor"]) + "."
+    f"{p} ({n}w) " + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(rows[f"{p}-w{n}"]["max"]["cpus"], rows[f"{p}-w{n}"]["fixed"]["cpus"]))
+    for n in workers for p in proxies) + "."
 user_line = ("Of which user time (the rest is the kernel's: system calls, loopback TCP, wake-ups), "
              "medians, max throughput / 1000 rps: " + "; ".join(
-    f"{n} {rows[n]['max']['ucpu']:.1f}/{rows[n]['fixed']['ucpu']:.1f}" for n in ["meshlet", "haproxy", "nginx", "floor"]) + ".")
-
-me, ha, ng, fl = rows["meshlet"], rows["haproxy"], rows["nginx"], rows["floor"]
+    f"{p} ({n}w) {rows[f'{p}-w{n}']['max']['ucpu']:.1f}/{rows[f'{p}-w{n}']['fixed']['ucpu']:.1f}" for n in workers for p in proxies) + ".")
 
 pages = {n: json.load(open(os.path.join(tmp, n + ".pages"))) for n in ["meshlet", "haproxy", "nginx", "floor"]}
 pages_table = "\n".join(
@@ -427,33 +471,45 @@ if non200:
 else:
     codes_line = "Every response in every run was a 200 (fortio RetCodes)."
 
-cpu_goal = (
-    f"{verdict(me['max']['cpu'] <= ha['max']['cpu'])} at max throughput: meshlet {me['max']['cpu']:.1f} µs/req "
-    f"vs haproxy {ha['max']['cpu']:.1f} ({me['max']['cpu'] / ha['max']['cpu']:.2f}x; nginx {ng['max']['cpu']:.1f}). "
-    f"{verdict(me['fixed']['cpu'] <= ha['fixed']['cpu'])} at 1000 rps: meshlet {me['fixed']['cpu']:.1f} µs/req "
-    f"vs haproxy {ha['fixed']['cpu']:.1f} ({me['fixed']['cpu'] / ha['fixed']['cpu']:.2f}x; nginx {ng['fixed']['cpu']:.1f}). "
-    f"The Go floor (`bench/floor`) takes {fl['max']['cpu']:.1f} and {fl['fixed']['cpu']:.1f}: meshlet's own work per request "
-    f"is {me['max']['cpu'] - fl['max']['cpu']:.1f} µs at max throughput and {me['fixed']['cpu'] - fl['fixed']['cpu']:.1f} µs at 1000 rps."
-)
+goal_rows = []
+for n in workers:
+    for kind, label in [("max", "max throughput"), ("fixed", "1000 rps")]:
+        me = rows[f"meshlet-w{n}"][kind]["cpu"]
+        ha = rows[f"haproxy-w{n}"][kind]["cpu"]
+        ng = rows[f"nginx-w{n}"][kind]["cpu"]
+        fl = rows[f"floor-w{n}"][kind]["cpu"]
+        best, bname = min((ha, "haproxy"), (ng, "nginx"))
+        goal_rows.append(f"| {n} | {label} | {me:.1f} | {ha:.1f} | {ng:.1f} | {me / best:.2f}x {bname} | {verdict(me <= best)} | {fl:.1f} ({me - fl:+.1f}) |")
+goal_table = "\n".join(goal_rows)
+base_line = ""
+if base:
+    cells = []
+    for n in workers:
+        for kind, label in [("max", "max"), ("fixed", "1000 rps")]:
+            a, b = rows[f"meshlet-w{n}"][kind]["cpu"], rows[f"{base}-w{n}"][kind]["cpu"]
+            cells.append(f"{n}w {label} {a:.1f} vs {b:.1f} ({a / b:.2f}x)")
+    base_line = (f"\n\nThe work tree's build against `{base}` (the same harness, alternating in every round), "
+                 "CPU µs per request: " + "; ".join(cells) + ".")
 section = f"""<!-- proxy:begin (generated by bench/proxy.sh; do not edit by hand) -->
 ## proxy: meshlet vs haproxy and nginx (HTTP/1.1 on loopback)
 
-Run: `bench/proxy.sh` on {E['RUN_DATE']}, {E['CPU_MODEL']}, {E['NPROC']} CPUs, shared with other work
+Run: `bench/proxy.sh` on {E['RUN_DATE']}, {E['CPU_MODEL']}, {E['NPROC']} CPUs
 (load average {E['LOAD_START']} at the start of the runs, {E['LOAD_END']} at the end).
 Versions: {E['HAPROXY_VERSION']}; {E['NGINX_VERSION']}; fortio {E['FORTIO_VERSION_OUT']}; {E['GO_VERSION']}.
 
 Setup: an upstream (`bench/upstream`, Go net/http, fixed 1 KiB body with
 Content-Length, keep-alive) on {E['UP']}; each proxy in turn on its own port,
-keep-alive on both sides:
-- meshlet: `sidecar run` with a static config, one STATIC round-robin cluster
-  holding the upstream, `access_log: off`, protocol auto, 2 workers on two
-  Go processors (the processor scaler, `-adaptive-procs`, off: the default);
-- haproxy: http mode, `nbthread 2`, `http-reuse always`;
-- nginx: `worker_processes 2`, upstream `keepalive 64`, `proxy_http_version 1.1`,
+keep-alive on both sides, with N workers (the `workers` column):
+- meshlet: `sidecar run -concurrency N` with a static config, one STATIC
+  round-robin cluster holding the upstream, `access_log: off`, protocol auto
+  (N workers on N Go processors; the processor scaler, `-adaptive-procs`, off:
+  the default);
+- haproxy: http mode, `nbthread N`, `http-reuse always`;
+- nginx: `worker_processes N`, upstream `keepalive 64`, `proxy_http_version 1.1`,
   `proxy_set_header Connection ""`, and `keepalive_requests 1000000` on both sides
   (by default nginx closes a connection after 1000 requests; the others do not);
 - direct: fortio straight to the upstream;
-- floor: `bench/floor`, the least a goroutine-per-connection Go proxy
+- floor: `bench/floor` with `GOMAXPROCS=N`, the least a goroutine-per-connection Go proxy
   costs here: one goroutine and one upstream connection per client
   connection, raw read and send system calls as meshlet's, nothing parsed
   but the response's Content-Length, nothing routed, counted or logged.
@@ -462,26 +518,26 @@ keep-alive on both sides:
 
 fortio load, after a 1 s warm-up: max throughput `-c 16 -qps 0 -t {E['DURATION']}`; fixed rate
 `-c 8 -qps 1000 -uniform -t {E['DURATION']}`; both with `-r 0.00001 -p 50,90,99`.
-{E['ROUNDS']} rounds, the five scenarios alternating, each proxy started afresh
-per round; every figure is the median over the rounds (the CPU of each round
+{E['ROUNDS']} rounds, every scenario alternating within each, each proxy started afresh
+per round and worker count; every figure is the median over the rounds (the CPU of each round
 is listed under the table).
 Proxy CPU = utime+stime from /proc/PID/stat, summed over all the proxy's
 processes (nginx master + workers), before and after each run, divided by the
 requests served. Load generator, proxy and upstream share the 2 cores, so max
-QPS mostly measures the box: compare CPU per request. On this shared machine,
-differences below ~25 % in QPS (and ~15 % in CPU per request) are noise.
+QPS mostly measures the box: compare CPU per request, and read its spread
+over the rounds (listed under the table) as the noise.
 
-| scenario | max QPS c=16 | p50 ms @1000 rps | p90 ms @1000 rps | p99 ms @1000 rps | proxy CPU µs/req (max) | proxy CPU µs/req (1000 rps) | non-200 |
-|---|---:|---:|---:|---:|---:|---:|---:|
+| scenario | workers | max QPS c=16 | p50 ms @1000 rps | p90 ms @1000 rps | p99 ms @1000 rps | proxy CPU µs/req (max) | proxy CPU µs/req (1000 rps) | non-200 |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
 {table}
 
 {cpu_rounds}
 
 {user_line}
 
-{codes_line}
+{codes_line}{base_line}
 
-Pages each proxy touches to serve one request (`bench/pages.py`: the
+Pages each proxy touches to serve one request with {E['PAGES_W']} workers (`bench/pages.py`: the
 accessed bits of the proxy's pages cleared, one request on a kept-alive
 connection after a 1 s warm-up at 1000 rps, the pages referenced since
 counted from /proc/PID/smaps; median of 7):
@@ -498,10 +554,14 @@ notes of the sixth stop below).
 
 ### Goals
 
-| goal | result |
-|---|---|
-| proxy CPU per request <= haproxy's | {cpu_goal} |
-| memory | in the memory section (`bench/memory.sh`) |
+Proxy CPU per request <= the best peer's (haproxy or nginx) in each of
+the four cells; the floor's column gives meshlet's own work above it:
+
+| workers | load | meshlet µs/req | haproxy | nginx | meshlet / best peer | goal | Go floor (meshlet above it) |
+|---:|---|---:|---:|---:|---:|---|---:|
+{goal_table}
+
+Memory is in the memory section (`bench/memory.sh`).
 
 ![proxy benchmark](proxy.png)
 <!-- proxy:end -->"""
@@ -519,14 +579,15 @@ else:
 with open(path, "w", encoding="utf-8", newline="") as fh:
     fh.write(text)
 print(table)
+print(goal_table)
 PY
 
 # Anything meshlet logged at warn/error level during the runs.
-for f in "$tmp/meshlet.out"; do
+for f in "$tmp"/meshlet-w*.out; do
   if grep -E 'level=(WARN|ERROR)' "$f" >/dev/null; then
     log "meshlet logged warnings/errors ($(basename "$f")):"
     grep -E 'level=(WARN|ERROR)' "$f" | head -20 >&2
   fi
 done
-grep -E 'upstream_rq_(5xx|retry|timeout)|cx_connect_fail|none_healthy' "$tmp/meshlet-stats.txt" 2>/dev/null | grep -v ': 0$' | head -20 >&2 || true
+cat "$tmp"/meshlet-w*-stats.txt 2>/dev/null | grep -E 'upstream_rq_(5xx|retry|timeout)|cx_connect_fail|none_healthy'  | grep -v ': 0$' | head -20 >&2 || true
 log "wrote $out_md and $out_png"
