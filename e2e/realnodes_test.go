@@ -122,6 +122,14 @@ func TestRealNodesMesh(t *testing.T) {
 			t.Logf("pod %s: sidecar pid %d runs as 1337:1337 with no capabilities", p.Name, pid)
 		}
 	}
+	// The injector runs as its image's user, which the chart sets too.
+	if pid, err := containerPID(inj, "/usr/local/bin/injector\x00serve\x00"); err != nil {
+		t.Errorf("injector pod %s: %v", inj.Name, err)
+	} else if err := unprivileged(pid, 1337); err != nil {
+		t.Errorf("injector pod %s: %v", inj.Name, err)
+	} else {
+		t.Logf("injector pid %d runs as 1337:1337 with no capabilities", pid)
+	}
 
 	// The client's app reaches the ClusterIP only through its sidecar.
 	var peers []peerResult
@@ -379,11 +387,18 @@ func (c *Cluster) podLog(t *testing.T, p corev1.Pod, container string) string {
 // sidecarPID finds the pod's sidecar process on this machine: the one
 // running the sidecar binary in a cgroup of the pod.
 func sidecarPID(p corev1.Pod) (int, error) {
+	return containerPID(p, "/usr/local/bin/sidecar\x00run\x00")
+}
+
+// containerPID is the host pid of the process of pod p whose command line
+// starts with cmdline (its arguments NUL-separated), found through the
+// pod's cgroup.
+func containerPID(p corev1.Pod, cmdline string) (int, error) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	uid := strings.ReplaceAll(string(p.UID), "-", "_")
 	for _, cl := range procs {
 		b, err := os.ReadFile(cl)
-		if err != nil || !strings.HasPrefix(string(b), "/usr/local/bin/sidecar\x00run\x00") {
+		if err != nil || !strings.HasPrefix(string(b), cmdline) {
 			continue
 		}
 		dir := filepath.Dir(cl)
@@ -394,7 +409,7 @@ func sidecarPID(p corev1.Pod) (int, error) {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("no sidecar process in the cgroups of pod %s", p.UID)
+	return 0, fmt.Errorf("no process %q in the cgroups of pod %s", strings.ReplaceAll(cmdline, "\x00", " "), p.UID)
 }
 
 func httpGet(t *testing.T, u string) string {
