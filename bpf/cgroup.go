@@ -16,7 +16,7 @@ import (
 // example /sys/fs/cgroup/kubepods.slice/.../cri-containerd-<id>.scope. In a
 // Kubernetes pod the pod's cgroup is its parent directory.
 func CurrentCgroup() (string, error) {
-	mnt, err := cgroup2Mount()
+	mnt, err := Cgroup2Mount()
 	if err != nil {
 		return "", err
 	}
@@ -32,9 +32,9 @@ func CurrentCgroup() (string, error) {
 	return "", errors.New("bpf: read own cgroup: no cgroup v2 entry in /proc/self/cgroup")
 }
 
-// cgroup2Mount returns where the cgroup v2 hierarchy is mounted: on a hybrid
+// Cgroup2Mount returns where the cgroup v2 hierarchy is mounted: on a hybrid
 // host (v1 controllers plus a separate v2 mount) it is not /sys/fs/cgroup.
-func cgroup2Mount() (string, error) {
+func Cgroup2Mount() (string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", fmt.Errorf("bpf: find the cgroup2 mount: %w", err)

@@ -74,7 +74,7 @@ func requireRoot(t testing.TB) {
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		t.Fatalf("the bpf tests need nsenter (util-linux): %v", err)
 	}
-	if _, err := cgroup2Mount(); err != nil {
+	if _, err := Cgroup2Mount(); err != nil {
 		t.Fatalf("the bpf tests need a cgroup v2 mount: %v", err)
 	}
 }
@@ -100,7 +100,7 @@ func run(t testing.TB, args ...string) {
 func newCgroup(t testing.TB, parent, base string) string {
 	t.Helper()
 	if parent == "" {
-		mnt, err := cgroup2Mount()
+		mnt, err := Cgroup2Mount()
 		if err != nil {
 			t.Fatal(err)
 		}

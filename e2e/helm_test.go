@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/internal/preflight"
 	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
@@ -127,8 +129,18 @@ func TestRealNodesHelm(t *testing.T) {
 	c.StartNodes(t, "zone-a", "zone-b", "zone-c")
 	ctx := context.Background()
 	c.dumpOnFailure(t, "meshlet-system", "shop", "kube-system")
+	// injector check before the install: nothing fails, the three zones
+	// are seen, and the control plane is reported missing, not failed.
+	before := preflightCheck(t, c, false, preflight.OK)
+	if r := before["control plane meshlet-system/meshlet-injector"]; r.Status != preflight.Skip {
+		t.Errorf("injector check before the install: control plane %v (%s), want skip", r.Status, r.Detail)
+	}
+	if r := before["nodes: labelled "+preflight.ZoneLabel]; r.Detail != "3 zones: zone-a, zone-b, zone-c" {
+		t.Errorf("injector check: zones %q, want the nodes' three", r.Detail)
+	}
 	old := installControlPlane(t, c, 2)
 	t.Logf("helm install: injector pods %s and %s Ready", old[0].Name, old[1].Name)
+	preflightCheck(t, c, true, preflight.OK)
 
 	_, app, grace := c.deployShop(t, ctx)
 	var shop []corev1.Pod
@@ -349,6 +361,7 @@ func TestRealNodesHelm(t *testing.T) {
 		t.Errorf("after helm uninstall, pod %s was injected", p.Name)
 	}
 	t.Logf("helm uninstall: pod shop/%s created right after, without a sidecar (%d injector pods still stopping)", p.Name, len(left.Items))
+	preflightCheck(t, c, true, preflight.Fail)
 	waitPodReady(t, c, "shop", "after-uninstall", 90*time.Second)
 	waitFor(t, "the meshlet-system namespace deleted", 120*time.Second, time.Second, func() (bool, string) {
 		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, "meshlet-system", metaGet)
@@ -360,4 +373,30 @@ func TestRealNodesHelm(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%s %+v", ns.Status.Phase, ns.Status.Conditions)
 	})
+}
+
+// preflightCheck runs injector check (injector.Preflight, with -installed
+// if installed) against c as its admin, logs the report, and fails the
+// test unless the control plane's check has status want and no other check
+// failed. It returns the results by check.
+func preflightCheck(t *testing.T, c *Cluster, installed bool, want preflight.Status) map[string]preflight.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := injector.Preflight(ctx, c.Client, injector.PreflightOptions{Namespace: "meshlet-system", Name: "meshlet-injector", Installed: installed})
+	var out bytes.Buffer
+	_ = preflight.Report(&out, results)
+	t.Logf("injector check (installed %v):\n%s", installed, out.String())
+	by := map[string]preflight.Result{}
+	for _, r := range results {
+		by[r.Check] = r
+		if strings.HasPrefix(r.Check, "control plane ") {
+			if r.Status != want && !(want == preflight.OK && r.Status == preflight.Skip && !installed) {
+				t.Errorf("injector check (installed %v): %s is %v (%s), want %v", installed, r.Check, r.Status, r.Detail, want)
+			}
+		} else if r.Status == preflight.Fail {
+			t.Errorf("injector check (installed %v): %s failed: %s", installed, r.Check, r.Detail)
+		}
+	}
+	return by
 }

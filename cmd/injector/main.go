@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/internal/preflight"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
@@ -63,6 +65,15 @@ and the pod templates of Deployments, StatefulSets, DaemonSets,
 ReplicaSets, Jobs and CronJobs, as admission would store them (like
 istioctl kube-inject); other objects, and pods that opt out, pass
 unchanged.`},
+			{Name: "check", Flags: checkFlags,
+				Summary: "check a cluster for meshlet, before or after helm install",
+				Doc: `Checks the cluster of -kubeconfig (else $KUBECONFIG, else
+~/.kube/config) for meshlet: the Kubernetes release (1.29 or later for
+native sidecars), every node's Linux release (5.15 or later; 6.5 or later
+for the sidecar to drop root) and zone label, whether the caller may create
+what the chart installs, and whether the control plane is installed and
+ready (a failure with -installed). Prints one line per check and fails if
+one failed. The node's own check, as root on the node, is sidecar check.`},
 		},
 	}
 }
@@ -71,6 +82,31 @@ unchanged.`},
 // stdin for "inject -f -" and writing results and -help's usage to out.
 func run(args []string, stdin io.Reader, out io.Writer) error {
 	return program(stdin).Main(args, out)
+}
+
+func checkFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) error {
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` of the cluster to check. Empty: $KUBECONFIG, else ~/.kube/config.")
+	def := injector.DefaultOptions()
+	o := injector.PreflightOptions{Namespace: def.Namespace, Name: def.WebhookConfig}
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the control plane's `NAMESPACE`.")
+	fs.BoolVar(&o.Installed, "installed", false, "fail unless the control plane is installed and ready (after helm install).")
+	return func(out io.Writer) error {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		if *kubeconfig != "" {
+			rules.ExplicitPath = *kubeconfig
+		}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+		if err != nil {
+			return fmt.Errorf("check: kubeconfig: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return preflight.Report(out, injector.Preflight(ctx, client, o))
+	}
 }
 
 func injectFlags(fs *flag.FlagSet, _ func(string) string, stdin io.Reader) func(io.Writer) error {

@@ -53,6 +53,14 @@ hook.`},
 and returns once it is ready, or fails after -timeout. The injector makes
 it the postStart hook of a classic (pre-1.29) sidecar, so the kubelet
 starts the app only then.`},
+			{Name: "check", Run: check,
+				Summary: "check that this node can run the sidecar (kernel, cgroup v2, eBPF)",
+				Doc: `Checks what a node must give the sidecar, the way the sidecar uses it:
+the Linux release (5.15 or later; 6.5 or later for the sidecar to drop
+root after attaching), the unified cgroup hierarchy, and that every eBPF
+program it attaches loads through this kernel's verifier (as root, as the
+sidecar's start runs; skipped otherwise). Prints one line per check and
+fails if one failed. The cluster-wide counterpart is injector check.`},
 			{Name: "lb simulate", Args: "[scenario.yaml]", Flags: simulateFlags,
 				Summary: "run a load-balancing scenario through the real engine",
 				Doc: `Reads a scenario (hosts per zone and priority with their health, the

@@ -1,0 +1,188 @@
+package injector
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshlet-dev/meshlet/internal/preflight"
+)
+
+// PreflightOptions says what `injector check` checks.
+type PreflightOptions struct {
+	// Namespace is the control plane's (the chart's meshlet-system).
+	Namespace string
+	// Name is the injector's Deployment and webhook configuration name
+	// (the chart's meshlet-injector).
+	Name string
+	// Installed makes a control plane that is missing or not ready a
+	// failure (after an install); otherwise it is reported, not failed.
+	Installed bool
+}
+
+// Preflight checks a cluster for meshlet, as `injector check` does before
+// or after `helm install`: the Kubernetes release (native sidecars), every
+// node's Linux release and zone label, the caller's permission to create
+// what the chart installs, and whether the control plane is installed
+// and ready. Each check's error is its result, not Preflight's.
+func Preflight(ctx context.Context, client kubernetes.Interface, o PreflightOptions) []preflight.Result {
+	results := []preflight.Result{checkServerVersion(client)}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		results = append(results, preflight.Result{Check: "nodes", Status: preflight.Fail, Detail: "list nodes: " + err.Error()})
+	} else {
+		results = append(results, NodeChecks(nodes.Items)...)
+	}
+	results = append(results, checkInstallRights(ctx, client, o.Namespace))
+	return append(results, checkControlPlane(ctx, client, o))
+}
+
+func checkServerVersion(client kubernetes.Interface) preflight.Result {
+	r := preflight.Result{Check: "Kubernetes >= " + preflight.NativeSidecarKubernetes + " (native sidecars)"}
+	info, err := client.Discovery().ServerVersion()
+	if err != nil {
+		r.Status, r.Detail = preflight.Fail, "the API server's version: "+err.Error()
+		return r
+	}
+	v, err := preflight.ParseVersion(info.Major + "." + info.Minor)
+	switch {
+	case err != nil:
+		r.Status, r.Detail = preflight.Warn, fmt.Sprintf("Kubernetes %s: %v", info.GitVersion, err)
+	case !v.AtLeast(preflight.MustVersion(preflight.NativeSidecarKubernetes)):
+		r.Status, r.Detail = preflight.Warn, fmt.Sprintf("Kubernetes %s: pods get a classic sidecar (the app may start before it is ready, and a Job's pod does not end with its app)", info.GitVersion)
+	default:
+		r.Status, r.Detail = preflight.OK, "Kubernetes "+info.GitVersion
+	}
+	return r
+}
+
+// NodeChecks checks the nodes' Linux releases (as the kubelets report
+// them) and zone labels, each over all nodes, naming the nodes that fall
+// short.
+func NodeChecks(nodes []corev1.Node) []preflight.Result {
+	kernel := preflight.Result{Check: "nodes: Linux >= " + preflight.MinKernel}
+	zone := preflight.Result{Check: "nodes: labelled " + preflight.ZoneLabel}
+	if len(nodes) == 0 {
+		kernel.Status, kernel.Detail = preflight.Fail, "the cluster has no nodes"
+		zone.Status, zone.Detail = preflight.Skip, "no nodes"
+		return []preflight.Result{kernel, zone}
+	}
+	byStatus := map[preflight.Status][]string{}
+	var unzoned []string
+	zones := map[string]bool{}
+	for _, n := range nodes {
+		info := n.Status.NodeInfo
+		if info.OperatingSystem != "" && info.OperatingSystem != "linux" {
+			byStatus[preflight.Warn] = append(byStatus[preflight.Warn], fmt.Sprintf("%s (%s: pods there are not meshed)", n.Name, info.OperatingSystem))
+			continue
+		}
+		r := preflight.Kernel("node "+n.Name, info.KernelVersion)
+		byStatus[r.Status] = append(byStatus[r.Status], fmt.Sprintf("%s (%s)", n.Name, r.Detail))
+		if z := n.Labels[preflight.ZoneLabel]; z == "" {
+			unzoned = append(unzoned, n.Name)
+		} else {
+			zones[z] = true
+		}
+	}
+	switch {
+	case len(byStatus[preflight.Fail]) > 0:
+		kernel.Status = preflight.Fail
+		kernel.Detail = strings.Join(byStatus[preflight.Fail], "; ")
+	case len(byStatus[preflight.Warn]) > 0:
+		kernel.Status = preflight.Warn
+		kernel.Detail = strings.Join(byStatus[preflight.Warn], "; ")
+	default:
+		kernel.Status = preflight.OK
+		kernel.Detail = fmt.Sprintf("all %d nodes: %s", len(nodes), strings.Join(byStatus[preflight.OK], ", "))
+	}
+	if len(unzoned) > 0 {
+		zone.Status = preflight.Warn
+		zone.Detail = fmt.Sprintf("%d of %d nodes have no zone (zone-aware routing treats their pods as zoneless): %s", len(unzoned), len(nodes), strings.Join(unzoned, ", "))
+	} else {
+		names := make([]string, 0, len(zones))
+		for z := range zones {
+			names = append(names, z)
+		}
+		sort.Strings(names)
+		plural := "s"
+		if len(names) == 1 {
+			plural = ""
+		}
+		zone.Status, zone.Detail = preflight.OK, fmt.Sprintf("%d zone%s: %s", len(names), plural, strings.Join(names, ", "))
+	}
+	return []preflight.Result{kernel, zone}
+}
+
+// installRights are what `helm install` of the chart creates, asked of the
+// API server with SelfSubjectAccessReviews.
+var installRights = []struct{ group, resource string }{
+	{"", "namespaces"}, {"rbac.authorization.k8s.io", "clusterroles"}, {"rbac.authorization.k8s.io", "clusterrolebindings"},
+	{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"},
+	{"", "serviceaccounts"}, {"", "services"}, {"", "secrets"}, {"", "configmaps"},
+	{"apps", "deployments"}, {"policy", "poddisruptionbudgets"},
+	{"rbac.authorization.k8s.io", "roles"}, {"rbac.authorization.k8s.io", "rolebindings"},
+}
+
+func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns string) preflight.Result {
+	r := preflight.Result{Check: "may create what the chart installs"}
+	var denied []string
+	for _, want := range installRights {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: want.group, Resource: want.resource},
+		}}
+		res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			r.Status, r.Detail = preflight.Fail, fmt.Sprintf("ask whether %s may be created: %v", want.resource, err)
+			return r
+		}
+		if !res.Status.Allowed {
+			denied = append(denied, want.resource)
+		}
+	}
+	if len(denied) > 0 {
+		r.Status, r.Detail = preflight.Fail, "not allowed to create "+strings.Join(denied, ", ")+" (namespaced ones in "+ns+")"
+		return r
+	}
+	r.Status, r.Detail = preflight.OK, fmt.Sprintf("all %d kinds", len(installRights))
+	return r
+}
+
+func checkControlPlane(ctx context.Context, client kubernetes.Interface, o PreflightOptions) preflight.Result {
+	r := preflight.Result{Check: "control plane " + o.Namespace + "/" + o.Name}
+	missing := preflight.Skip // before an install: reported, not failed
+	if o.Installed {
+		missing = preflight.Fail
+	}
+	d, err := client.AppsV1().Deployments(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		r.Status, r.Detail = missing, "not installed: "+err.Error()
+		return r
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.ReadyReplicas < want || want == 0 {
+		r.Status, r.Detail = missing, fmt.Sprintf("Deployment %d of %d replicas ready", d.Status.ReadyReplicas, want)
+		return r
+	}
+	wh, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		r.Status, r.Detail = missing, "webhook configuration: "+err.Error()
+		return r
+	}
+	for _, w := range wh.Webhooks {
+		if len(w.ClientConfig.CABundle) == 0 {
+			r.Status, r.Detail = missing, fmt.Sprintf("webhook %s has no caBundle yet (the injector writes it once it serves)", w.Name)
+			return r
+		}
+	}
+	r.Status, r.Detail = preflight.OK, fmt.Sprintf("%d of %d injectors ready, %d webhooks with the CA bundle", d.Status.ReadyReplicas, want, len(wh.Webhooks))
+	return r
+}
