@@ -658,7 +658,7 @@ func (c *h1ServerConn) checkHead() (*h1.Reject, error) {
 				head = b[:n]
 				break
 			}
-			if sniffRequestLine(b) == sniffNot {
+			if h1.ScanRequestLine(b) == h1.LineNot {
 				// Not a request line so far (bytes of another
 				// protocol on an HTTP listener): refused now, not once
 				// a head arrives.
