@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 )
@@ -190,7 +191,7 @@ func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 // send sends req; down, if not nil, is the writer of the HTTP/1 server
 // request that req is an attempt of, whose storage the response reuses
 // and whose upstream abort cuts the connection when the request ends.
-func (p *h1Pool) send(req *http.Request, down *h1Writer) (*http.Response, error) {
+func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
 	}
@@ -315,7 +316,7 @@ func (pc *h1Conn) countProtocolError() {
 // roundTrip sends req, with body (read from req.Body by send), on pc
 // and reads the response head; down is send's. nothingRead reports a
 // failure before any byte of the response.
-func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Writer) (resp *http.Response, nothingRead bool, err error) {
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Stream) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
@@ -326,20 +327,20 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1W
 	// context is watched here.
 	own := false
 	if down != nil {
-		st = down.store
-		own = down.req.Context() == req.Context()
+		st = &down.conn.store
+		own = down.rw.Context() == req.Context()
 	}
 	if own {
-		ab := &down.abort
-		ab.watch(pc.conn)
+		ab := down.rw.Abort()
+		ab.Watch(pc.conn)
 		stop.abort = ab
 	} else {
 		// The same abort, fired by the context: its release then
 		// guarantees no late cut (keepCancelled resets the deadline).
-		ab := new(upstreamAbort)
-		ab.watch(pc.conn)
+		ab := new(h1server.UpstreamAbort)
+		ab.Watch(pc.conn)
 		stop.abort = ab
-		stop.stop = context.AfterFunc(req.Context(), ab.fire)
+		stop.stop = context.AfterFunc(req.Context(), ab.Fire)
 	}
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
 		stop.release()
@@ -698,7 +699,7 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 // abort of its own fired by a context.AfterFunc on the request's context
 // (stop).
 type exchangeWatch struct {
-	abort *upstreamAbort
+	abort *h1server.UpstreamAbort
 	stop  func() bool
 }
 
@@ -711,7 +712,7 @@ func (e exchangeWatch) release() bool {
 	if e.abort == nil {
 		return true
 	}
-	return e.abort.release()
+	return e.abort.Release()
 }
 
 // finish returns pc to the pool if the exchange ended cleanly (keep),

@@ -59,7 +59,7 @@ type activeStream struct {
 	sw      *statusWriter // the downstream response
 	// h1 is the HTTP/1 server's writer of the request (nil for HTTP/2):
 	// its connection's stores and body state.
-	h1 *h1Writer
+	h1 *h1Stream
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
@@ -166,7 +166,7 @@ func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
 // Each server passes its own handle on the request, never found by a
 // type assertion: the fast HTTP/1 server its writer hw (h1ServerConn.run:
 // rw is hw), every other server the stream hs (serveStream).
-func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *streamScratch) {
+func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Stream, hs *streamScratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
 	start := time.Now()
@@ -247,7 +247,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
 			if hw != nil {
-				hw.sendContinue() // the body is read now, before any attempt
+				hw.rw.SendContinue() // the body is read now, before any attempt
 			}
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
@@ -277,7 +277,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
-			hw.armRouteTimeout(t)
+			hw.rw.ArmRouteTimeout(t, errRouteTimeout)
 		} else {
 			hs.route.arm(w, t)
 		}
@@ -393,13 +393,13 @@ func (ex *activeStream) downstreamBodyBroken() bool {
 	if hw == nil {
 		return false
 	}
-	be := hw.bodyErr.Load()
+	be := hw.rw.BodyErr()
 	if be == nil {
 		return false
 	}
 	ex.flags = ex.flags&^(respflag.UF|respflag.UC|respflag.UT|respflag.UR) | respflag.DPE
 	ex.details = h1.DetailCodecError
-	ex.failure = "request body: " + be.err.Error()
+	ex.failure = "request body: " + be.Error()
 	return true
 }
 
@@ -667,7 +667,7 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 		ex.ctxShared = true
 	}
 	if ex.h1 != nil {
-		ex.h1.sendContinue()
+		ex.h1.rw.SendContinue()
 	}
 	var resp *http.Response
 	var err error
