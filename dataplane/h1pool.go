@@ -181,16 +181,18 @@ var aLongTimeAgo = time.Unix(1, 0)
 // (it would pool one before looking for bytes after the response).
 const maxPooledBody = 64 << 10
 
-// RoundTrip implements http.RoundTripper, for a request that no HTTP/1
-// server request's writer goes with: an HTTP/2 downstream's, or one the
-// pool leaves to its fallback Transport (big or chunked bodies, Expect).
+// RoundTrip implements http.RoundTripper, for a request that no fast
+// HTTP/1 server request's stream goes with: an HTTP/2 downstream's, or one
+// the pool leaves to its fallback Transport (big or chunked bodies,
+// Expect).
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	return p.send(req, nil)
 }
 
-// send sends req; down, if not nil, is the writer of the HTTP/1 server
-// request that req is an attempt of, whose storage the response reuses
-// and whose upstream abort cuts the connection when the request ends.
+// send sends req; down, if not nil, is the stream of the fast HTTP/1
+// server request that req is an attempt of, whose connection's storage
+// the response reuses and whose writer's upstream abort
+// (h1server.Writer.Abort) cuts the connection when the request ends.
 func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
@@ -795,9 +797,9 @@ func (p *h1Pool) CloseIdleConnections() {
 	p.fallback.CloseIdleConnections()
 }
 
-// respStore is the storage of the upstream response of an HTTP/1 server
-// request (in its h1Writer): the fast reader's, and the pool's body over
-// it, one attempt's at a time.
+// respStore is the storage of the upstream response of a fast HTTP/1
+// server request (its connection's, h1Downstream.store): the fast
+// reader's, and the pool's body over it, one attempt's at a time.
 type respStore struct {
 	h1.RespStore
 	pool h1Body

@@ -224,8 +224,8 @@ func TestH1RequestHeadersPerRequest(t *testing.T) {
 }
 
 // One keep-alive connection's requests share its writer and, while
-// nothing can still hold it, its request context (h1Writer,
-// reqCtxKept). Each request must still get its own route timeout and
+// nothing can still hold it, its request context (h1server.Writer,
+// Conn.reqCtxKept). Each request must still get its own route timeout and
 // client-gone watch: an earlier request's alarm (the clock lists it until
 // its next tick) never cuts a later one short, a timed-out or cancelled
 // context is not reused, and a request with a body leaves the next one a

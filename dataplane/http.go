@@ -57,8 +57,9 @@ type activeStream struct {
 	tried   []lb.HostID
 	grpc    bool
 	sw      *statusWriter // the downstream response
-	// h1 is the HTTP/1 server's writer of the request (nil for HTTP/2):
-	// its connection's stores and body state.
+	// h1 is the fast HTTP/1 server's stream of the request (nil for
+	// other servers): its writer (body state, 100 Continue, route timeout,
+	// upstream abort) and its connection's response store.
 	h1 *h1Stream
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
@@ -79,7 +80,8 @@ type activeStream struct {
 }
 
 // httpScratch is the router's state for one request, in one allocation
-// (for HTTP/1, inside the request's writer).
+// (for the fast HTTP/1 server, inside the stream of the request's
+// writer, h1Stream, zeroed for each request).
 type httpScratch struct {
 	sw      statusWriter
 	cb      countingBody
@@ -164,8 +166,9 @@ func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
 
 // serveRequest is the router's entry for one request, with its state s.
 // Each server passes its own handle on the request, never found by a
-// type assertion: the fast HTTP/1 server its writer hw (h1ServerConn.run:
-// rw is hw), every other server the stream hs (serveStream).
+// type assertion: the fast HTTP/1 server the stream hw of the request's
+// writer (h1Stream.Serve: rw is hw's writer), every other server the
+// stream hs (serveStream).
 func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Stream, hs *streamScratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
@@ -273,7 +276,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 
 	if t := route.cfg.Timeout; t > 0 {
 		// Stopped as the handler returns: by the fast HTTP/1 server
-		// (h1ServerConn.serve), by serveStream.
+		// (internal/h1server), by serveStream.
 		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
@@ -386,7 +389,7 @@ func (ex *activeStream) midBodyFailure(downstream, route context.Context) {
 }
 
 // downstreamBodyBroken reports whether the request's HTTP/1 body broke
-// its framing (h1Writer.bodyErr): then an attempt that failed failed for
+// its framing (h1server.Writer.BodyErr): then an attempt that failed failed for
 // that, and the stream is flagged DPE with Envoy's http1.codec_error.
 func (ex *activeStream) downstreamBodyBroken() bool {
 	hw := ex.h1
@@ -408,7 +411,7 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *activeStream, err error)
 	switch {
 	case ex.flags&respflag.DPE != 0:
 		// The client's body broke its framing: Envoy's codec answers
-		// 400 and closes (the writer closes: bodyErr).
+		// 400 and closes (the writer closes: BodyErr).
 		w.localReply(rw, ex, http.StatusBadRequest, "Bad Request")
 	case ex.flags&respflag.DC != 0:
 		return // nobody to answer
@@ -672,8 +675,9 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	var resp *http.Response
 	var err error
 	if pooled {
-		// The pool gets the server request's writer explicitly (nil for
-		// HTTP/2): its response storage and upstream abort.
+		// The pool gets the fast HTTP/1 server request's stream
+		// explicitly (nil for other servers): its connection's response
+		// storage, its writer's upstream abort.
 		resp, err = p.send(out, ex.h1)
 	} else {
 		resp, err = t.RoundTrip(out)

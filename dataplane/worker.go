@@ -47,7 +47,7 @@ type worker struct {
 	// waits for them).
 	inflight atomic.Int64
 	// h1 is the fast HTTP/1 server of the plaintext connections
-	// serveH1 serves.
+	// serveH1 serves (h1handler.go).
 	h1 *h1server.Server
 	// clock holds the request deadlines (route timeout, client-gone
 	// watch) without a runtime timer each.

@@ -138,8 +138,8 @@ type Stream interface {
 	// (http.ErrAbortHandler aborts the response; another panic is logged
 	// and aborts it as well).
 	Serve(req *http.Request)
-	// Ended is called once the request's response is finished, before
-	// the next request begins: what the router watched the request with
+	// Ended is called once the request is over (its response finished,
+	// or aborted), before the next begins: what the router watched it with
 	// (its stream idle timeout) stops.
 	Ended()
 	// Held reports whether something the router gave the request (its

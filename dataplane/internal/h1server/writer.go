@@ -245,6 +245,8 @@ func (rw *Writer) cancelRequest(cause error) {
 	rw.abort.Fire()
 }
 
+// Header is the response's header map (http.ResponseWriter), made on
+// first use.
 func (rw *Writer) Header() http.Header {
 	if rw.header == nil {
 		rw.header = make(http.Header, 8)
@@ -263,6 +265,9 @@ func (rw *Writer) AdoptHeader(h http.Header) bool {
 	return true
 }
 
+// WriteHeader sets the response's status (http.ResponseWriter); an
+// informational one (1xx but 101) goes out at once, the final status
+// follows.
 func (rw *Writer) WriteHeader(code int) {
 	if rw.wrote || rw.hijacked {
 		return
@@ -278,6 +283,9 @@ func (rw *Writer) WriteHeader(code int) {
 	rw.status, rw.wrote = code, true
 }
 
+// Write writes body bytes (http.ResponseWriter), status 200 if none was
+// set: a body without a Content-Length is held up to 4 KiB, so that a
+// handler that ends soon gets one.
 func (rw *Writer) Write(p []byte) (int, error) {
 	if rw.hijacked {
 		return 0, http.ErrHijacked
