@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -323,4 +324,34 @@ func TestH1ConnectionReusesRequestState(t *testing.T) {
 	}
 	c.Close()
 	logs.waitLine(t, `"GET /gone?ms=2000 HTTP/1.1" 0 DC `)
+}
+
+// A connection the fast server takes from dispatch writes through the raw
+// socket that queues a response's last bytes for the next read (Linux):
+// the server is handed the socket's raw I/O, not the plain connection.
+func TestH1ServerQueuesOnTheRawSocket(t *testing.T) {
+	fastHTTP1Only(t, "the queued writes are the fast server's")
+	if runtime.GOOS != "linux" {
+		t.Skip("raw socket I/O (rawio.Queuer) is Linux's only")
+	}
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
+	c := dialProxy(t, s)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("through the proxy: %v %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	// The connection is kept alive and waits for its next request.
+	served, queuing := 0, 0
+	for _, w := range s.workers {
+		served += w.h1.Len()
+		queuing += w.h1.Queuing()
+	}
+	if served != 1 || queuing != 1 {
+		t.Errorf("fast-server connections: %d, of which %d queue their writes; want 1 and 1", served, queuing)
+	}
 }

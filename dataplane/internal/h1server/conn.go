@@ -20,7 +20,8 @@ import (
 )
 
 // Conn is the server's state of one downstream HTTP/1 connection. Its
-// zero value is ready for Serve; the Handler may hold it (in its own
+// zero value is ready for one Serve (a Conn is not reused for another
+// connection); the Handler may hold it (in its own
 // per-connection state, so that both are one allocation). idle (waiting
 // for a request) is read by Drain.
 type Conn struct {

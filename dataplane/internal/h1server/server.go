@@ -174,6 +174,21 @@ func (s *Server) Len() int {
 	return len(s.conns)
 }
 
+// Queuing reports how many of the connections it serves queue a
+// response's last bytes for the next request's read (their socket is a
+// rawio.Queuer: ConnOptions.Raw), saving a system call per request.
+func (s *Server) Queuing() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if c.q != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Drain closes the server's idle connections (the busy ones close after
 // their response, Options.Draining being set); force closes all of them.
 func (s *Server) Drain(force bool) {
