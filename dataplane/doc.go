@@ -26,12 +26,17 @@
 //     upstream TLS: mtls.go;
 //   - opaque TCP (one upstream per connection, idle timeout): tcp.go, with
 //     splice_linux.go (pipes);
-//   - the HTTP/1 server (connection loop, response writer, request body,
-//     client-gone watch): h1server.go, which hands each request's writer to the
-//     router's entry serveRequest (http.go) as the request's handle; the wire format it reads (request-head checks with
-//     Envoy's HTTP/1 codec refusals, fast request and response head
-//     readers): internal/h1; a refused request's answer and log line:
-//     h1reject.go;
+//   - the HTTP/1 server (connection loop with its idle and header
+//     deadlines, the response writer its requests reuse, request bodies,
+//     the client-gone watch, the route timeout's alarm, the upstream
+//     abort, the Date header, the drain of idle connections, a refused
+//     request's answer): internal/h1server, one per worker; the wire
+//     format it reads (request-head checks with Envoy's HTTP/1 codec
+//     refusals, fast request and response head readers): internal/h1;
+//     the router's side of it (h1handler.go: serveH1, a connection's
+//     handler with the pool's response store and a refused request's
+//     log line, a writer's stream with the router's state, whose Serve
+//     enters serveRequest with the writer as the request's handle);
 //   - the net/http fallback of the HTTP/1 server (Options.HTTP1Server: a
 //     net/http server per worker, fed by dispatch): h1fallback.go;
 //   - HTTP/2 downstream: x/net's server, entered at serveStream (http.go),
@@ -41,13 +46,15 @@
 //     retry loop, per-try timeouts and failure classification (http.go:
 //     serveRequest, route, tryOnce, classifyFailure); header handling,
 //     proxying the response and upgrades (proxy.go: proxy);
-//   - per-request timeouts: the route timeout and the stream idle timeout
-//     (streamidle.go), alarms on the worker's clock (internal/clock);
+//   - per-request timeouts: the route timeout (http.go; a fast-server
+//     request's is its writer's alarm, internal/h1server) and the stream
+//     idle timeout (streamidle.go), alarms on the worker's clock
+//     (internal/clock);
 //   - upstream: the choice of a worker's transport per cluster, dial with
 //     the connect timeout and max_connections, counted connections, the
 //     plain HTTP/1.1 / h2c transport (upstream.go); the HTTP/1.1 pool and
 //     Envoy's response framing rules (h1pool.go, which the router hands
-//     the server request's writer explicitly: h1Pool.send); the mesh
+//     the fast server request's stream explicitly: h1Pool.send); the mesh
 //     (mTLS) transports (mtls.go: newMeshTransport, dialHost);
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;

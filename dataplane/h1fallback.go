@@ -15,7 +15,7 @@ import (
 // The servers of plaintext downstream HTTP/1 connections
 // (Options.HTTP1Server).
 const (
-	// HTTP1ServerMeshlet is the hand-written server (h1server.go), the
+	// HTTP1ServerMeshlet is the hand-written server (internal/h1server), the
 	// default: Envoy's HTTP/1 codec refusals and fewer goroutine hand-offs
 	// per request.
 	HTTP1ServerMeshlet = "meshlet"

@@ -65,9 +65,7 @@ func TestHTTP1ServerOption(t *testing.T) {
 			}
 
 			w := s.workers[0]
-			w.h1mu.Lock()
-			fast := len(w.h1conns)
-			w.h1mu.Unlock()
+			fast := w.h1.Len()
 			w.fbMu.Lock()
 			fb := w.fb[7*time.Second]
 			servers := len(w.fb)

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 )
@@ -180,17 +181,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 // (it would pool one before looking for bytes after the response).
 const maxPooledBody = 64 << 10
 
-// RoundTrip implements http.RoundTripper, for a request that no HTTP/1
-// server request's writer goes with: an HTTP/2 downstream's, or one the
-// pool leaves to its fallback Transport (big or chunked bodies, Expect).
+// RoundTrip implements http.RoundTripper, for a request that no fast
+// HTTP/1 server request's stream goes with: an HTTP/2 downstream's, or one
+// the pool leaves to its fallback Transport (big or chunked bodies,
+// Expect).
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	return p.send(req, nil)
 }
 
-// send sends req; down, if not nil, is the writer of the HTTP/1 server
-// request that req is an attempt of, whose storage the response reuses
-// and whose upstream abort cuts the connection when the request ends.
-func (p *h1Pool) send(req *http.Request, down *h1Writer) (*http.Response, error) {
+// send sends req; down, if not nil, is the stream of the fast HTTP/1
+// server request that req is an attempt of, whose connection's storage
+// the response reuses and whose writer's upstream abort
+// (h1server.Writer.Abort) cuts the connection when the request ends.
+func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
 	}
@@ -315,7 +318,7 @@ func (pc *h1Conn) countProtocolError() {
 // roundTrip sends req, with body (read from req.Body by send), on pc
 // and reads the response head; down is send's. nothingRead reports a
 // failure before any byte of the response.
-func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Writer) (resp *http.Response, nothingRead bool, err error) {
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Stream) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
@@ -326,20 +329,20 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1W
 	// context is watched here.
 	own := false
 	if down != nil {
-		st = down.store
-		own = down.req.Context() == req.Context()
+		st = &down.conn.store
+		own = down.rw.Context() == req.Context()
 	}
 	if own {
-		ab := &down.abort
-		ab.watch(pc.conn)
+		ab := down.rw.Abort()
+		ab.Watch(pc.conn)
 		stop.abort = ab
 	} else {
 		// The same abort, fired by the context: its release then
 		// guarantees no late cut (keepCancelled resets the deadline).
-		ab := new(upstreamAbort)
-		ab.watch(pc.conn)
+		ab := new(h1server.UpstreamAbort)
+		ab.Watch(pc.conn)
 		stop.abort = ab
-		stop.stop = context.AfterFunc(req.Context(), ab.fire)
+		stop.stop = context.AfterFunc(req.Context(), ab.Fire)
 	}
 	fail := func(err error, nothing bool) (*http.Response, bool, error) {
 		stop.release()
@@ -698,7 +701,7 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 // abort of its own fired by a context.AfterFunc on the request's context
 // (stop).
 type exchangeWatch struct {
-	abort *upstreamAbort
+	abort *h1server.UpstreamAbort
 	stop  func() bool
 }
 
@@ -711,7 +714,7 @@ func (e exchangeWatch) release() bool {
 	if e.abort == nil {
 		return true
 	}
-	return e.abort.release()
+	return e.abort.Release()
 }
 
 // finish returns pc to the pool if the exchange ended cleanly (keep),
@@ -794,9 +797,9 @@ func (p *h1Pool) CloseIdleConnections() {
 	p.fallback.CloseIdleConnections()
 }
 
-// respStore is the storage of the upstream response of an HTTP/1 server
-// request (in its h1Writer): the fast reader's, and the pool's body over
-// it, one attempt's at a time.
+// respStore is the storage of the upstream response of a fast HTTP/1
+// server request (its connection's, h1Downstream.store): the fast
+// reader's, and the pool's body over it, one attempt's at a time.
 type respStore struct {
 	h1.RespStore
 	pool h1Body

@@ -156,156 +156,6 @@ func TestH1ServerUnreadBodySkipped(t *testing.T) {
 	}
 }
 
-// What a client sends before it has its response (a pipelined request, its
-// end of stream) arrives while the proxy waits on the upstream, so the wait
-// for the next request, which does not try a read first, is not told of it
-// (h1Out): the wait's check finds it. The upstream holds each request until
-// the client has sent what comes next; the exchange stays under
-// dcWatchDelay, so the client-gone watch (which would read those bytes
-// itself) does not start. Under load it may: an attempt whose watch started
-// counts as not having exercised the check, and one of ten must have.
-func TestH1ServerBytesBeforeResponse(t *testing.T) {
-	fastHTTP1Only(t, "the wait for the next request and its check (waitForRequest) are the fast server's connection internals")
-	got := make(chan string, 1)
-	release := make(chan struct{})
-	held := upstream(t, "127.0.0.11", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/first" {
-			got <- r.URL.Path
-			<-release
-		}
-		io.WriteString(w, r.URL.Path)
-	}))
-	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(held, "a"))))
-	// arrived waits for the upstream to hold a request, free lets it go.
-	arrived := func(what string) {
-		t.Helper()
-		select {
-		case <-got:
-		case <-time.After(3 * time.Second):
-			t.Fatalf("%s never reached the upstream", what)
-		}
-	}
-	free := func() {
-		select {
-		case release <- struct{}{}:
-		case <-time.After(3 * time.Second):
-			t.Fatal("the upstream holds no request")
-		}
-	}
-	// conn opens a connection with one exchange done, so that its reads
-	// come from the socket (the first request came from what protocol
-	// detection buffered).
-	conn := func() (*net.TCPConn, *bufio.Reader) {
-		c := dialProxy(t, s).(*net.TCPConn)
-		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		br := bufio.NewReader(c)
-		io.WriteString(c, "GET /first HTTP/1.1\r\nHost: echo\r\n\r\n")
-		if body, err := readBody(br); err != nil || body != "/first" {
-			t.Fatalf("first exchange: %q %v", body, err)
-		}
-		return c, br
-	}
-	pipelined := func() bool {
-		for _, w := range s.workers {
-			w.h1mu.Lock()
-			for hc := range w.h1conns {
-				hc.waitMu.Lock()
-				p := hc.pipelined
-				hc.waitMu.Unlock()
-				if p {
-					w.h1mu.Unlock()
-					return true
-				}
-			}
-			w.h1mu.Unlock()
-		}
-		return false
-	}
-
-	// waitProxy waits until cond holds of the proxy's end of c, so that
-	// what the client sent is there before the upstream answers (on a
-	// system without TCP_INFO it cannot tell and goes on).
-	waitProxy := func(what string, c net.Conn, cond func() (bool, bool)) {
-		t.Helper()
-		for deadline := time.Now().Add(3 * time.Second); ; {
-			done, ok := cond()
-			if done || !ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the proxy's socket never showed %s", what)
-			}
-			runtime.Gosched()
-		}
-	}
-
-	// A request sent while the one before is with the upstream.
-	checked := false
-	for attempt := 0; attempt < 10 && !checked; attempt++ {
-		c, br := conn()
-		io.WriteString(c, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\n")
-		arrived("/one")
-		before, _ := proxyReceived(s, c)
-		two := "GET /two HTTP/1.1\r\nHost: echo\r\n\r\n"
-		io.WriteString(c, two)
-		waitProxy("/two's bytes", c, func() (bool, bool) {
-			n, ok := proxyReceived(s, c)
-			return n >= before+uint64(len(two)), ok
-		})
-		free()
-		if body, err := readBody(br); err != nil || body != "/one" {
-			t.Fatalf("attempt %d: /one: %q %v", attempt, body, err)
-		}
-		arrived("/two")
-		free()
-		if body, err := readBody(br); err != nil || body != "/two" {
-			t.Fatalf("attempt %d: /two: %q %v", attempt, body, err)
-		}
-		checked = pipelined()
-		c.Close()
-	}
-	if !checked {
-		t.Error("in ten attempts no connection was found pipelined: the wait's check did not run or did not find /two")
-	}
-
-	// A client that shuts down its side after its request: it gets its
-	// answer, and the connection closes at once, not after the idle
-	// timeout.
-	for attempt := 0; attempt < 10; attempt++ {
-		c, br := conn()
-		io.WriteString(c, "GET /last HTTP/1.1\r\nHost: echo\r\n\r\n")
-		arrived("/last")
-		_ = c.CloseWrite()
-		waitProxy("the client's FIN", c, func() (bool, bool) { return proxyGotFIN(s, c) })
-		free()
-		body, err := readBody(br)
-		if err != nil || body != "/last" {
-			c.Close()
-			continue // the client-gone watch saw the shutdown: try again
-		}
-		start := time.Now()
-		if _, err := br.ReadByte(); err != io.EOF {
-			t.Fatalf("after the last answer: %v, want the proxy's close", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("the proxy closed %v after the answer", d)
-		}
-		c.Close()
-		return
-	}
-	t.Error("in ten attempts the answer after the shutdown never came")
-}
-
-// readBody reads one response from br and returns its body.
-func readBody(br *bufio.Reader) (string, error) {
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
 // TestH1RequestHeadersPerRequest: the requests of one keep-alive
 // connection reach the upstream each with its own headers, none left
 // from the one before, with an HTTP/1.1 upstream (the request header map
@@ -375,8 +225,8 @@ func TestH1RequestHeadersPerRequest(t *testing.T) {
 }
 
 // One keep-alive connection's requests share its writer and, while
-// nothing can still hold it, its request context (h1Writer,
-// reqCtxKept). Each request must still get its own route timeout and
+// nothing can still hold it, its request context (h1server.Writer,
+// Conn.reqCtxKept). Each request must still get its own route timeout and
 // client-gone watch: an earlier request's alarm (the clock lists it until
 // its next tick) never cuts a later one short, a timed-out or cancelled
 // context is not reused, and a request with a body leaves the next one a
@@ -474,4 +324,34 @@ func TestH1ConnectionReusesRequestState(t *testing.T) {
 	}
 	c.Close()
 	logs.waitLine(t, `"GET /gone?ms=2000 HTTP/1.1" 0 DC `)
+}
+
+// A connection the fast server takes from dispatch writes through the raw
+// socket that queues a response's last bytes for the next read (Linux):
+// the server is handed the socket's raw I/O, not the plain connection.
+func TestH1ServerQueuesOnTheRawSocket(t *testing.T) {
+	fastHTTP1Only(t, "the queued writes are the fast server's")
+	if runtime.GOOS != "linux" {
+		t.Skip("raw socket I/O (rawio.Queuer) is Linux's only")
+	}
+	s, _ := startServer(t, testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a"))))
+	c := dialProxy(t, s)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /one HTTP/1.1\r\nHost: echo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("through the proxy: %v %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	// The connection is kept alive and waits for its next request.
+	served, queuing := 0, 0
+	for _, w := range s.workers {
+		served += w.h1.Len()
+		queuing += w.h1.Queuing()
+	}
+	if served != 1 || queuing != 1 {
+		t.Errorf("fast-server connections: %d, of which %d queue their writes; want 1 and 1", served, queuing)
+	}
 }

@@ -57,9 +57,10 @@ type activeStream struct {
 	tried   []lb.HostID
 	grpc    bool
 	sw      *statusWriter // the downstream response
-	// h1 is the HTTP/1 server's writer of the request (nil for HTTP/2):
-	// its connection's stores and body state.
-	h1 *h1Writer
+	// h1 is the fast HTTP/1 server's stream of the request (nil for
+	// other servers): its writer (body state, 100 Continue, route timeout,
+	// upstream abort) and its connection's response store.
+	h1 *h1Stream
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
@@ -79,7 +80,8 @@ type activeStream struct {
 }
 
 // httpScratch is the router's state for one request, in one allocation
-// (for HTTP/1, inside the request's writer).
+// (for the fast HTTP/1 server, inside the stream of the request's
+// writer, h1Stream, zeroed for each request).
 type httpScratch struct {
 	sw      statusWriter
 	cb      countingBody
@@ -164,9 +166,10 @@ func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
 
 // serveRequest is the router's entry for one request, with its state s.
 // Each server passes its own handle on the request, never found by a
-// type assertion: the fast HTTP/1 server its writer hw (h1ServerConn.run:
-// rw is hw), every other server the stream hs (serveStream).
-func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Writer, hs *streamScratch) {
+// type assertion: the fast HTTP/1 server the stream hw of the request's
+// writer (h1Stream.Serve: rw is hw's writer), every other server the
+// stream hs (serveStream).
+func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *httpScratch, hw *h1Stream, hs *streamScratch) {
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
 	start := time.Now()
@@ -247,7 +250,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	if route.cfg.Retry.NumRetries > 0 && req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0 {
 		if req.ContentLength > 0 && req.ContentLength <= maxRetryBody {
 			if hw != nil {
-				hw.sendContinue() // the body is read now, before any attempt
+				hw.rw.SendContinue() // the body is read now, before any attempt
 			}
 			b, err := io.ReadAll(io.LimitReader(req.Body, maxRetryBody+1))
 			if err != nil {
@@ -273,11 +276,11 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 
 	if t := route.cfg.Timeout; t > 0 {
 		// Stopped as the handler returns: by the fast HTTP/1 server
-		// (h1ServerConn.serve), by serveStream.
+		// (internal/h1server), by serveStream.
 		if hw != nil {
 			// The request's own context takes the timeout (no context
 			// of its own for it).
-			hw.armRouteTimeout(t)
+			hw.rw.ArmRouteTimeout(t, errRouteTimeout)
 		} else {
 			hs.route.arm(w, t)
 		}
@@ -386,20 +389,20 @@ func (ex *activeStream) midBodyFailure(downstream, route context.Context) {
 }
 
 // downstreamBodyBroken reports whether the request's HTTP/1 body broke
-// its framing (h1Writer.bodyErr): then an attempt that failed failed for
+// its framing (h1server.Writer.BodyErr): then an attempt that failed failed for
 // that, and the stream is flagged DPE with Envoy's http1.codec_error.
 func (ex *activeStream) downstreamBodyBroken() bool {
 	hw := ex.h1
 	if hw == nil {
 		return false
 	}
-	be := hw.bodyErr.Load()
+	be := hw.rw.BodyErr()
 	if be == nil {
 		return false
 	}
 	ex.flags = ex.flags&^(respflag.UF|respflag.UC|respflag.UT|respflag.UR) | respflag.DPE
 	ex.details = h1.DetailCodecError
-	ex.failure = "request body: " + be.err.Error()
+	ex.failure = "request body: " + be.Error()
 	return true
 }
 
@@ -408,7 +411,7 @@ func (w *worker) proxyError(rw http.ResponseWriter, ex *activeStream, err error)
 	switch {
 	case ex.flags&respflag.DPE != 0:
 		// The client's body broke its framing: Envoy's codec answers
-		// 400 and closes (the writer closes: bodyErr).
+		// 400 and closes (the writer closes: BodyErr).
 		w.localReply(rw, ex, http.StatusBadRequest, "Bad Request")
 	case ex.flags&respflag.DC != 0:
 		return // nobody to answer
@@ -667,13 +670,14 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 		ex.ctxShared = true
 	}
 	if ex.h1 != nil {
-		ex.h1.sendContinue()
+		ex.h1.rw.SendContinue()
 	}
 	var resp *http.Response
 	var err error
 	if pooled {
-		// The pool gets the server request's writer explicitly (nil for
-		// HTTP/2): its response storage and upstream abort.
+		// The pool gets the fast HTTP/1 server request's stream
+		// explicitly (nil for other servers): its connection's response
+		// storage, its writer's upstream abort.
 		resp, err = p.send(out, ex.h1)
 	} else {
 		resp, err = t.RoundTrip(out)

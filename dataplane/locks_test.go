@@ -121,9 +121,10 @@ func workerLocal(fn string) bool {
 		// one worker's clock (worker.clock)
 		"github.com/meshlet-dev/meshlet/dataplane/internal/clock.(*Clock)",
 		"github.com/meshlet-dev/meshlet/dataplane.(*h1Pool)",
-		// one downstream connection, one request's disconnect watch
-		"github.com/meshlet-dev/meshlet/dataplane.(*h1ServerConn)", "github.com/meshlet-dev/meshlet/dataplane.(*dcWatch)",
-		"github.com/meshlet-dev/meshlet/dataplane.(*worker).serveH1", "github.com/meshlet-dev/meshlet/dataplane.(*worker).drainH1",
+		// one downstream connection, one request's disconnect watch, one
+		// worker's fast HTTP/1 server (its connection set: Serve, Drain)
+		"github.com/meshlet-dev/meshlet/dataplane/internal/h1server.(*Conn)", "github.com/meshlet-dev/meshlet/dataplane/internal/h1server.(*dcWatch)",
+		"github.com/meshlet-dev/meshlet/dataplane/internal/h1server.(*Server).Serve", "github.com/meshlet-dev/meshlet/dataplane/internal/h1server.(*Server).Drain",
 		// per-worker log buffers: contention among one worker's goroutines (and the log writer's swap, offRequestPath)
 		"github.com/meshlet-dev/meshlet/dataplane/internal/logsink.(*Logger).Write",
 		"net/http.(*Transport)", "net/http.(*persistConn)", "net/http.(*conn)", "net/http.(*response)", "net/http.(*connReader)",

@@ -48,7 +48,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 	// nothing to remove (nor an Upgrade or a TE).
 	hw := ex.h1
 	var upType string
-	if hw == nil || !hw.in.HopFree {
+	if hw == nil || !hw.rw.HopFree() {
 		upType = upgradeType(h)
 		if upType != "" {
 			upType = dropH2CUpgrade(h, upType)
@@ -94,10 +94,10 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 		return
 	}
 
-	if hw == nil || res != &hw.store.Resp || !hw.store.HopFree {
+	if hw == nil || res != &hw.conn.store.Resp || !hw.conn.store.HopFree {
 		removeHopByHop(res.Header)
 	}
-	if hw == nil || !hw.adoptHeader(res.Header) {
+	if hw == nil || !hw.rw.AdoptHeader(res.Header) {
 		dst := rw.Header()
 		for k, vv := range res.Header {
 			if len(dst[k]) == 0 {

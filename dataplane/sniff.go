@@ -67,10 +67,10 @@ func sniffPrefix(b []byte) (k protoKind, done bool) {
 	if bytes.HasPrefix(b, h2Preface) {
 		return kindHTTP2, true
 	}
-	switch sniffRequestLine(b) {
-	case sniffLine:
+	switch h1.ScanRequestLine(b) {
+	case h1.LineWhole:
 		return kindHTTP1, true
-	case sniffNot:
+	case h1.LineNot:
 		return kindTCP, true
 	}
 	return kindTCP, false
@@ -85,80 +85,10 @@ func sniffEnd(b []byte) protoKind {
 	if k, done := sniffPrefix(b); done {
 		return k
 	}
-	if r := sniffRequestLine(b); r == sniffTarget || r == sniffLine {
+	if r := h1.ScanRequestLine(b); r == h1.LineTarget || r == h1.LineWhole {
 		return kindHTTP1
 	}
 	return kindTCP
-}
-
-// sniffResult is how far sniffRequestLine got.
-type sniffResult uint8
-
-const (
-	sniffNot    sniffResult = iota // not a request line
-	sniffMore                      // a request line so far, before its target
-	sniffTarget                    // a request line so far, in or after its target
-	sniffLine                      // a whole request line
-)
-
-// sniffRequestLine reads b as the start of an HTTP/1 request, as Envoy's
-// http_inspector listener filter does: a request line is a token method,
-// a request target, and HTTP/<digit>.<digit>, separated by spaces or tabs
-// (RFC 9112 §3 lets a server take either), ending in CRLF or LF; empty
-// lines before it are skipped (RFC 9112 §2.2). Any method (WebDAV's,
-// PURGE) and any version the parser takes: the HTTP/1 server refuses
-// what it does not serve (505 for a version, 405 for CONNECT) rather than
-// pass it on as opaque bytes the proxy would not look at.
-func sniffRequestLine(b []byte) sniffResult {
-	i := 0
-	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	m := i
-	for i < len(b) && h1.IsTchar(b[i]) {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffMore
-	case i == m || !h1.IsSPorHT(b[i]):
-		return sniffNot
-	}
-	for i < len(b) && h1.IsSPorHT(b[i]) {
-		i++
-	}
-	t := i
-	for i < len(b) && (b[i] > ' ' && b[i] != 0x7f) {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffTarget
-	case i == t || !h1.IsSPorHT(b[i]):
-		return sniffNot
-	}
-	for i < len(b) && h1.IsSPorHT(b[i]) {
-		i++
-	}
-	const version = "HTTP/d.d"
-	for j := 0; j < len(version); j, i = j+1, i+1 {
-		if i == len(b) {
-			return sniffTarget
-		}
-		if version[j] == 'd' && !h1.IsDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
-			return sniffNot
-		}
-	}
-	if i < len(b) && b[i] == '\r' {
-		i++
-	}
-	switch {
-	case i == len(b):
-		return sniffTarget
-	case b[i] == '\n':
-		return sniffLine
-	}
-	return sniffNot
 }
 
 // sniffedConn replays the sniffed bytes before reading the socket.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
 )
 
 // errStreamIdleTimeout ends a request's context when no byte of it moved
@@ -44,7 +45,7 @@ type streamIdle struct {
 	s     *httpScratch
 	// What ends the request: its writer of the fast HTTP/1 server, or a
 	// serveStream request's context and stream.
-	h1     *h1Writer
+	h1     *h1server.Writer
 	cancel context.CancelCauseFunc
 	end    *streamEnd
 }
@@ -89,7 +90,7 @@ func (si *streamIdle) AlarmFired(gen uint64) {
 	} else if si.quiet++; si.quiet >= idleChecks {
 		si.on = false
 		if si.h1 != nil {
-			si.h1.timeoutFired(errStreamIdleTimeout)
+			si.h1.StreamIdleExpired(errStreamIdleTimeout)
 		} else {
 			si.cancel(errStreamIdleTimeout)
 			si.end.timedOut(true)

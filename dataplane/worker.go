@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
@@ -45,10 +46,9 @@ type worker struct {
 	// inflight counts this worker's HTTP requests being served (Drain
 	// waits for them).
 	inflight atomic.Int64
-	// h1conns are the plaintext HTTP/1 connections serveH1 serves.
-	h1mu    sync.Mutex
-	h1conns map[*h1ServerConn]struct{}
-	date    atomic.Pointer[cachedDate]
+	// h1 is the fast HTTP/1 server of the plaintext connections
+	// serveH1 serves (h1handler.go).
+	h1 *h1server.Server
 	// clock holds the request deadlines (route timeout, client-gone
 	// watch) without a runtime timer each.
 	clock   clock.Clock
@@ -67,7 +67,6 @@ func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(),
 		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[stats.RequestKey]*stats.Request{}}
 	w.events = make(chan event, workerEventQueue)
-	w.h1conns = map[*h1ServerConn]struct{}{}
 	w.bufs = newBufferPool()
 	w.pipes = newPipePool(pipePoolSize)
 	// Never serves: the HTTP/2 server's base configuration (x/net reads
@@ -82,9 +81,21 @@ func newWorker(s *Server, id int) *worker {
 		MaxHeaderBytes: maxRequestHeaderBytes,
 	}
 	w.h2 = &http2.Server{}
+	w.h1 = h1server.New(h1server.Options{Draining: &s.draining, Clock: &w.clock, Log: s.log, HTTPServer: w.httpSrv, InfoKey: connInfoKey{},
+		MaxHeaderBytes: maxRequestHeaderBytes, IdleTimeout: h1IdleTimeout, TimeoutGrace: timeoutGrace})
 	w.netHTTP = s.opts.HTTP1Server == HTTP1ServerNetHTTP
 	return w
 }
+
+const (
+	// maxRequestHeaderBytes is Envoy's default max_request_headers_kb:
+	// the HTTP/1 servers' (fast and fallback) request head limit, and
+	// HTTP/2's decoded header list's.
+	maxRequestHeaderBytes = 60 << 10
+	// h1IdleTimeout is how long an HTTP/1 connection waits for its next
+	// request (both HTTP/1 servers).
+	h1IdleTimeout = 5 * time.Minute
+)
 
 // connInfo is what a connection carries into its requests.
 type connInfo struct {
@@ -373,7 +384,7 @@ func closeIdle(t http.RoundTripper) {
 // closes idle upstream connections.
 func (w *worker) drain() {
 	w.httpSrv.SetKeepAlivesEnabled(false)
-	w.drainH1(false)
+	w.h1.Drain(false)
 	w.drainFallback()
 	w.mu.Lock()
 	ts := make([]http.RoundTripper, 0, len(w.transports))
@@ -388,6 +399,6 @@ func (w *worker) drain() {
 
 func (w *worker) close() {
 	w.pipes.close()
-	w.drainH1(true)
+	w.h1.Drain(true)
 	w.closeFallback()
 }

@@ -92,6 +92,79 @@ func HeadEnd(b []byte) int {
 	}
 }
 
+// LineScan is how far ScanRequestLine got: protocol detection reads it
+// as the verdict on a connection's first bytes, the HTTP/1 server as an
+// early refusal of bytes that are no request.
+type LineScan uint8
+
+// The results of ScanRequestLine.
+const (
+	LineNot    LineScan = iota // not a request line
+	LineMore                   // a request line so far, before its target
+	LineTarget                 // a request line so far, in or after its target
+	LineWhole                  // a whole request line
+)
+
+// ScanRequestLine reads b as the start of an HTTP/1 request, as Envoy's
+// http_inspector listener filter does: a request line is a token method,
+// a request target, and HTTP/<digit>.<digit>, separated by spaces or tabs
+// (RFC 9112 §3 lets a server take either), ending in CRLF or LF; empty
+// lines before it are skipped (RFC 9112 §2.2). Any method (WebDAV's,
+// PURGE) and any version the parser takes: the HTTP/1 server refuses
+// what it does not serve (505 for a version, 405 for CONNECT) rather than
+// pass it on as opaque bytes the proxy would not look at.
+func ScanRequestLine(b []byte) LineScan {
+	i := 0
+	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	m := i
+	for i < len(b) && IsTchar(b[i]) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return LineMore
+	case i == m || !IsSPorHT(b[i]):
+		return LineNot
+	}
+	for i < len(b) && IsSPorHT(b[i]) {
+		i++
+	}
+	t := i
+	for i < len(b) && (b[i] > ' ' && b[i] != 0x7f) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return LineTarget
+	case i == t || !IsSPorHT(b[i]):
+		return LineNot
+	}
+	for i < len(b) && IsSPorHT(b[i]) {
+		i++
+	}
+	const version = "HTTP/d.d"
+	for j := 0; j < len(version); j, i = j+1, i+1 {
+		if i == len(b) {
+			return LineTarget
+		}
+		if version[j] == 'd' && !IsDigit(b[i]) || version[j] != 'd' && b[i] != version[j] {
+			return LineNot
+		}
+	}
+	if i < len(b) && b[i] == '\r' {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return LineTarget
+	case b[i] == '\n':
+		return LineWhole
+	}
+	return LineNot
+}
+
 // headParse is CheckRequestHead's state: what it has read of the head so
 // far, for the refusal's access-log line.
 type headParse struct {
