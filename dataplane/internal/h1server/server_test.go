@@ -194,17 +194,34 @@ func TestH1RejectedBeforeAnswer(t *testing.T) {
 // end of stream) arrives while the handler works, so the wait for the next
 // request, which does not try a read first, is not told of it (connOut):
 // the wait's check finds it. The handler holds each request until the
-// client has sent what comes next; the exchange stays under dcWatchDelay,
-// so the client-gone watch (which would read those bytes itself) does not
-// start. Under load it may: an attempt whose watch started counts as not
-// having exercised the check, and one of ten must have.
+// client has sent what comes next, and is released over a loopback
+// connection, so that it wakes through the network poller as a proxy does
+// when its upstream answers: that poll also records what the client sent
+// meanwhile, the edge the wait that follows then misses. The exchange stays
+// under dcWatchDelay, so the client-gone watch (which would read those
+// bytes itself) does not start. Under load it may: an attempt whose watch
+// started counts as not having exercised the check, and one of ten must
+// have.
 func TestH1ServerBytesBeforeResponse(t *testing.T) {
+	rl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	releaser := dial(t, rl.Addr().String())
+	held, err := rl.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	got := make(chan string, 1)
-	release := make(chan struct{})
 	s, addr := startServer(t, func(rw *Writer, r *http.Request) {
 		if r.URL.Path != "/first" {
 			got <- r.URL.Path
-			<-release
+			var b [1]byte
+			if _, err := held.Read(b[:]); err != nil {
+				t.Errorf("the handler's release: %v", err)
+			}
 		}
 		io.WriteString(rw, r.URL.Path)
 	})
@@ -218,10 +235,9 @@ func TestH1ServerBytesBeforeResponse(t *testing.T) {
 		}
 	}
 	free := func() {
-		select {
-		case release <- struct{}{}:
-		case <-time.After(3 * time.Second):
-			t.Fatal("the handler holds no request")
+		t.Helper()
+		if _, err := releaser.Write([]byte{1}); err != nil {
+			t.Fatalf("release the handler: %v", err)
 		}
 	}
 	// conn opens a connection with one exchange done.
