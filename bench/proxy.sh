@@ -380,7 +380,7 @@ rows = json.load(open(os.path.join(sys.argv[1], "rows.json")))
 print("# name cpu_max_us cpu_1000rps_us p50_us p99_us")
 for r in rows:
     cm = r["max"]["cpu"]; cf = r["fixed"]["cpu"]
-    print(r["name"].replace("meshlet@", "base@"), "%.2f" % (cm or 0), "%.2f" % (cf or 0), "%.1f" % (r["fixed"]["p50"] * 1e3), "%.1f" % (r["fixed"]["p99"] * 1e3))
+    print(r["name"].replace("meshlet@", "base-"), "%.2f" % (cm or 0), "%.2f" % (cf or 0), "%.1f" % (r["fixed"]["p50"] * 1e3), "%.1f" % (r["fixed"]["p99"] * 1e3))
 PY
 nrows=$(($(wc -l <"$tmp/cpu.dat") - 1))
 

@@ -1,9 +1,9 @@
 // This file is over 600 lines: the handler's entry, the route and retry
 // loop, failure classification and the request's access-log line all read
-// and write the activeStream, the one per-request state; the upstream
-// pool, clock, statistics and log writer they use are packages of their
-// own (internal/...). The router's own package is the re-layering's next
-// step (docs/architecture.md).
+// and write the activeStream, the one per-request state; the clock,
+// statistics and log writer they use are packages of their own
+// (internal/...), the upstream pool a file of its own (h1pool.go), and
+// the router is the package's core (docs/architecture.md).
 
 package dataplane
 
