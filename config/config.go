@@ -51,6 +51,11 @@ const (
 	// (request_headers_timeout 0); meshlet bounds a client that trickles
 	// its head (slowloris) as net/http servers are usually configured.
 	DefaultRequestHeadersTimeout = 30 * time.Second
+	// DefaultAccessLogFlushInterval is how often buffered access-log
+	// lines are written when access_log.flush_interval is 0 (Envoy's
+	// --file-flush-interval-msec is 10 s; a second keeps `kubectl logs`
+	// current).
+	DefaultAccessLogFlushInterval = time.Second
 )
 
 // Well-known ports (Istio's numbers).
@@ -337,16 +342,21 @@ func (c *Config) ClusterByName(name string) *Cluster {
 	return nil
 }
 
-// Validate checks cross-references and values the translators cannot see
-// alone; errors name the field by its path in the config file.
 // WithDefaults returns a copy of c whose settings that a zero value
 // leaves to a default (a cluster's connect and idle timeouts, a
-// listener's detection timeout and header-line limit) hold the default,
-// so that the data plane reads every setting as it is. The timeouts for
+// listener's detection timeout and header-line limit, the access log's
+// format and flush interval) hold the default, so that the data plane
+// reads every setting as it is. The timeouts for
 // which 0 means never (tcp_idle_timeout, stream_idle_timeout,
 // request_headers_timeout) stay as they are.
 func (c *Config) WithDefaults() *Config {
 	out := *c
+	if out.AccessLog.Format == "" {
+		out.AccessLog.Format = AccessLogText
+	}
+	if out.AccessLog.FlushInterval <= 0 {
+		out.AccessLog.FlushInterval = DefaultAccessLogFlushInterval
+	}
 	out.Listeners = slices.Clone(c.Listeners)
 	for i := range out.Listeners {
 		l := &out.Listeners[i]
@@ -370,6 +380,8 @@ func (c *Config) WithDefaults() *Config {
 	return &out
 }
 
+// Validate checks cross-references and values the translators cannot see
+// alone; errors name the field by its path in the config file.
 func (c *Config) Validate() error {
 	names := map[string]bool{}
 	for i := range c.Clusters {

@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,4 +92,35 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("running route timeout %v, want the valid reload's 3s", got)
 	}
 	t.Logf("%d requests across two reloads, none failed", ok.Load())
+}
+
+// A reload compares the access log's resolved settings (defaults filled
+// in, as the running config has them): an unchanged file log keeps its
+// writer, a changed one gets a new writer.
+func TestReloadKeepsAnUnchangedAccessLog(t *testing.T) {
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(upstream(t, "127.0.0.11", named("a")), "a")))
+	cfg.AccessLog = config.AccessLog{Path: filepath.Join(t.TempDir(), "access.log")}
+	s, err := New(cfg, Options{HTTP1Server: testHTTP1Server, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	before := s.access.Load()
+	if err := s.Reload(cfg); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if s.access.Load() != before {
+		t.Error("a reload with the same access log replaced its writer")
+	}
+	changed := *cfg
+	changed.AccessLog.Format = config.AccessLogJSON
+	if err := s.Reload(&changed); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if s.access.Load() == before {
+		t.Error("a reload to the JSON format kept the text writer")
+	}
 }

@@ -610,8 +610,8 @@ func (s *Server) applyReload(cfg *config.Config) error {
 		_ = s.openListeners(old)
 		return err
 	}
-	if !reflect.DeepEqual(old.cfg.AccessLog, cfg.AccessLog) && s.opts.AccessLog == nil {
-		al, err := logsink.New(cfg.AccessLog, nil, len(s.workers))
+	if !reflect.DeepEqual(old.cfg.AccessLog, st.cfg.AccessLog) && s.opts.AccessLog == nil {
+		al, err := logsink.New(st.cfg.AccessLog, nil, len(s.workers))
 		if err != nil {
 			_ = s.openListeners(old)
 			return err

@@ -56,22 +56,16 @@ const (
 	// dropped (the writer is stalled): about 4,000 lines, 130 ms of a
 	// worker at 30,000 requests per second.
 	accessLogBufferMax = 1 << 20
-	// defaultAccessLogFlush is the flush interval when the config sets
-	// none (Envoy's --file-flush-interval-msec is 10 s; a second keeps
-	// `kubectl logs` current).
-	defaultAccessLogFlush = time.Second
 )
 
-// New is a logger of cfg with a buffer for each of workers, writing to
-// override if it is not nil.
+// New is a logger of cfg, with its defaults resolved
+// (config.Config.WithDefaults), with a buffer for each of workers, writing
+// to override if it is not nil.
 func New(cfg config.AccessLog, override io.Writer, workers int) (*Logger, error) {
 	a := &Logger{format: cfg.Format, flushInterval: cfg.FlushInterval, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	if a.format == "" {
-		a.format = config.AccessLogText
-	}
 	if a.flushInterval <= 0 {
-		a.flushInterval = defaultAccessLogFlush
+		return nil, fmt.Errorf("logsink: access_log.flush_interval %v: want > 0 (config.Config.WithDefaults resolves 0)", a.flushInterval)
 	}
 	switch {
 	case override != nil:

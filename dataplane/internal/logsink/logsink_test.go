@@ -16,7 +16,7 @@ func TestDropsWhenWriterBlocks(t *testing.T) {
 	// A writer that blocks never stalls requests; overflowing lines are counted.
 	block := &blockingWriter{release: make(chan struct{})}
 	defer close(block.release)
-	al, _ := New(config.AccessLog{Format: config.AccessLogText}, block, 1)
+	al, _ := New(config.AccessLog{Format: config.AccessLogText, FlushInterval: time.Second}, block, 1)
 	e := accesslog.Entry{StartTime: time.Now(), Method: "GET", Path: "/", Protocol: "HTTP/1.1", ResponseCode: 200}
 	lineLen := len(e.AppendDefault(nil))
 	n := 4 * accessLogBufferMax / lineLen
