@@ -375,15 +375,29 @@ func TestRealNodesHelm(t *testing.T) {
 	})
 }
 
-// preflightCheck runs injector check (injector.Preflight, with -installed
-// if installed) against c as its admin, logs the report, and fails the
-// test unless the control plane's check has status want and no other check
+// preflightCheck runs injector check's checks (injector.Preflight, with
+// -installed if installed) in-process against c as its admin, logs the
+// report, and fails the test unless the control plane's check has status
+// want (waiting for it to become ok after an install) and no other check
 // failed. It returns the results by check.
 func preflightCheck(t *testing.T, c *Cluster, installed bool, want preflight.Status) map[string]preflight.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	results := injector.Preflight(ctx, c.Client, injector.PreflightOptions{Namespace: "meshlet-system", Name: "meshlet-injector", Installed: installed})
+	o := injector.PreflightOptions{Namespace: "meshlet-system", Name: "meshlet-injector", Installed: installed}
+	check := func() []preflight.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return injector.Preflight(ctx, c.Client, o)
+	}
+	results := check()
+	if installed && want == preflight.OK {
+		// The install waited for the pods; the Deployment's status
+		// catches up with them.
+		waitFor(t, "injector check -installed to find the control plane ready", 60*time.Second, 500*time.Millisecond, func() (bool, string) {
+			results = check()
+			r := results[len(results)-1]
+			return r.Status == preflight.OK, r.Detail
+		})
+	}
 	var out bytes.Buffer
 	_ = preflight.Report(&out, results)
 	t.Logf("injector check (installed %v):\n%s", installed, out.String())

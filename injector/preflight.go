@@ -22,15 +22,20 @@ type PreflightOptions struct {
 	// (the chart's meshlet-injector).
 	Name string
 	// Installed makes a control plane that is missing or not ready a
-	// failure (after an install); otherwise it is reported, not failed.
+	// failure (after an install); otherwise it is reported, not failed,
+	// and the caller's right to install is checked instead.
 	Installed bool
+	// ReleaseNamespace is where Helm keeps the release's record (a
+	// Secret): the namespace `helm install` runs in.
+	ReleaseNamespace string
 }
 
 // Preflight checks a cluster for meshlet, as `injector check` does before
 // or after `helm install`: the Kubernetes release (native sidecars), every
-// node's Linux release and zone label, the caller's permission to create
-// what the chart installs, and whether the control plane is installed
-// and ready. Each check's error is its result, not Preflight's.
+// node's Linux release and zone label, before an install the caller's
+// permission to create what the chart installs, and whether the control
+// plane is installed and ready. Each check's error is its result, not
+// Preflight's.
 func Preflight(ctx context.Context, client kubernetes.Interface, o PreflightOptions) []preflight.Result {
 	results := []preflight.Result{checkServerVersion(client)}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -39,7 +44,9 @@ func Preflight(ctx context.Context, client kubernetes.Interface, o PreflightOpti
 	} else {
 		results = append(results, NodeChecks(nodes.Items)...)
 	}
-	results = append(results, checkInstallRights(ctx, client, o.Namespace))
+	if !o.Installed {
+		results = append(results, checkInstallRights(ctx, client, o.Namespace, o.ReleaseNamespace))
+	}
 	return append(results, checkControlPlane(ctx, client, o))
 }
 
@@ -55,7 +62,7 @@ func checkServerVersion(client kubernetes.Interface) preflight.Result {
 	case err != nil:
 		r.Status, r.Detail = preflight.Warn, fmt.Sprintf("Kubernetes %s: %v", info.GitVersion, err)
 	case !v.AtLeast(preflight.MustVersion(preflight.NativeSidecarKubernetes)):
-		r.Status, r.Detail = preflight.Warn, fmt.Sprintf("Kubernetes %s: pods get a classic sidecar (the app may start before it is ready, and a Job's pod does not end with its app)", info.GitVersion)
+		r.Status, r.Detail = preflight.Warn, fmt.Sprintf("Kubernetes %s: pods get a classic sidecar (the first container, holding the app back with a postStart hook): init containers run unmeshed, and a Job's pod does not end with its app", info.GitVersion)
 	default:
 		r.Status, r.Detail = preflight.OK, "Kubernetes "+info.GitVersion
 	}
@@ -76,12 +83,14 @@ func NodeChecks(nodes []corev1.Node) []preflight.Result {
 	byStatus := map[preflight.Status][]string{}
 	var unzoned []string
 	zones := map[string]bool{}
+	linux := 0
 	for _, n := range nodes {
 		info := n.Status.NodeInfo
 		if info.OperatingSystem != "" && info.OperatingSystem != "linux" {
 			byStatus[preflight.Warn] = append(byStatus[preflight.Warn], fmt.Sprintf("%s (%s: pods there are not meshed)", n.Name, info.OperatingSystem))
 			continue
 		}
+		linux++
 		r := preflight.Kernel("node "+n.Name, info.KernelVersion)
 		byStatus[r.Status] = append(byStatus[r.Status], fmt.Sprintf("%s (%s)", n.Name, r.Detail))
 		if z := n.Labels[preflight.ZoneLabel]; z == "" {
@@ -91,6 +100,10 @@ func NodeChecks(nodes []corev1.Node) []preflight.Result {
 		}
 	}
 	switch {
+	case linux == 0:
+		kernel.Status, kernel.Detail = preflight.Fail, "no Linux node: "+strings.Join(byStatus[preflight.Warn], "; ")
+		zone.Status, zone.Detail = preflight.Skip, "no Linux node"
+		return []preflight.Result{kernel, zone}
 	case len(byStatus[preflight.Fail]) > 0:
 		kernel.Status = preflight.Fail
 		kernel.Detail = strings.Join(byStatus[preflight.Fail], "; ")
@@ -103,7 +116,7 @@ func NodeChecks(nodes []corev1.Node) []preflight.Result {
 	}
 	if len(unzoned) > 0 {
 		zone.Status = preflight.Warn
-		zone.Detail = fmt.Sprintf("%d of %d nodes have no zone (zone-aware routing treats their pods as zoneless): %s", len(unzoned), len(nodes), strings.Join(unzoned, ", "))
+		zone.Detail = fmt.Sprintf("%d of %d Linux nodes have no zone (zone-aware routing treats their pods as zoneless): %s", len(unzoned), linux, strings.Join(unzoned, ", "))
 	} else {
 		names := make([]string, 0, len(zones))
 		for z := range zones {
@@ -119,37 +132,62 @@ func NodeChecks(nodes []corev1.Node) []preflight.Result {
 	return []preflight.Result{kernel, zone}
 }
 
-// installRights are what `helm install` of the chart creates, asked of the
-// API server with SelfSubjectAccessReviews.
-var installRights = []struct{ group, resource string }{
-	{"", "namespaces"}, {"rbac.authorization.k8s.io", "clusterroles"}, {"rbac.authorization.k8s.io", "clusterrolebindings"},
-	{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"},
-	{"", "serviceaccounts"}, {"", "services"}, {"", "secrets"}, {"", "configmaps"},
-	{"apps", "deployments"}, {"policy", "poddisruptionbudgets"},
-	{"rbac.authorization.k8s.io", "roles"}, {"rbac.authorization.k8s.io", "rolebindings"},
+// installRights are the kinds `helm install` of the chart creates with its
+// default values (the monitoring objects are optional), each asked of the
+// API server with SelfSubjectAccessReviews for create and for patch (Helm
+// 4 applies them server-side); cluster-scoped ones without a namespace.
+var installRights = []struct {
+	group, resource string
+	cluster         bool
+}{
+	{"", "namespaces", true}, {"rbac.authorization.k8s.io", "clusterroles", true}, {"rbac.authorization.k8s.io", "clusterrolebindings", true},
+	{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", true},
+	{"", "serviceaccounts", false}, {"", "services", false}, {"apps", "deployments", false}, {"policy", "poddisruptionbudgets", false},
+	{"rbac.authorization.k8s.io", "roles", false}, {"rbac.authorization.k8s.io", "rolebindings", false},
 }
 
-func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns string) preflight.Result {
+// checkInstallRights asks whether the caller may create and patch every
+// kind the chart installs (in ns, or cluster-wide) and create the release's
+// record, a Secret in releaseNS. RBAC's escalation check may still refuse a
+// Role that grants what the caller lacks: that is not asked.
+func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, releaseNS string) preflight.Result {
 	r := preflight.Result{Check: "may create what the chart installs"}
+	type ask struct{ verb, group, resource, ns string }
+	var asks []ask
+	for _, k := range installRights {
+		where := ns
+		if k.cluster {
+			where = ""
+		}
+		asks = append(asks, ask{"create", k.group, k.resource, where}, ask{"patch", k.group, k.resource, where})
+	}
+	if releaseNS == "" {
+		releaseNS = "default"
+	}
+	asks = append(asks, ask{"create", "", "secrets", releaseNS})
 	var denied []string
-	for _, want := range installRights {
+	for _, a := range asks {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: want.group, Resource: want.resource},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.resource},
 		}}
 		res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
-			r.Status, r.Detail = preflight.Fail, fmt.Sprintf("ask whether %s may be created: %v", want.resource, err)
+			r.Status, r.Detail = preflight.Fail, fmt.Sprintf("ask whether %s may be %sd: %v", a.resource, a.verb, err)
 			return r
 		}
 		if !res.Status.Allowed {
-			denied = append(denied, want.resource)
+			where := "cluster-wide"
+			if a.ns != "" {
+				where = "in " + a.ns
+			}
+			denied = append(denied, fmt.Sprintf("%s %s %s", a.verb, a.resource, where))
 		}
 	}
 	if len(denied) > 0 {
-		r.Status, r.Detail = preflight.Fail, "not allowed to create "+strings.Join(denied, ", ")+" (namespaced ones in "+ns+")"
+		r.Status, r.Detail = preflight.Fail, "not allowed to "+strings.Join(denied, ", ")
 		return r
 	}
-	r.Status, r.Detail = preflight.OK, fmt.Sprintf("all %d kinds", len(installRights))
+	r.Status, r.Detail = preflight.OK, fmt.Sprintf("create and patch all %d kinds, and the release's Secret in %s", len(installRights), releaseNS)
 	return r
 }
 
@@ -168,8 +206,11 @@ func checkControlPlane(ctx context.Context, client kubernetes.Interface, o Prefl
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
-	if d.Status.ReadyReplicas < want || want == 0 {
-		r.Status, r.Detail = missing, fmt.Sprintf("Deployment %d of %d replicas ready", d.Status.ReadyReplicas, want)
+	if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.ReadyReplicas < want || want == 0 {
+		// (A rollout in progress, or stuck on a new image, is not ready
+		// though its old pods still are.)
+		r.Status, r.Detail = missing, fmt.Sprintf("Deployment: %d of %d replicas updated, %d ready (generation %d observed %d)",
+			d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas, d.Generation, d.Status.ObservedGeneration)
 		return r
 	}
 	wh, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, o.Name, metav1.GetOptions{})

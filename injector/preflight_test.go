@@ -34,7 +34,7 @@ func TestNodeChecks(t *testing.T) {
 		{"5.15 works, keeping root", []corev1.Node{node("lts", "5.15.0-1071-aws", "z1")},
 			preflight.Warn, preflight.OK, "lts (Linux 5.15.0-1071-aws: the sidecar keeps root", "1 zone: z1"},
 		{"a node without a zone", []corev1.Node{node("a", "6.8.0", "z1"), node("bare", "6.8.0", "")},
-			preflight.OK, preflight.Warn, "all 2 nodes", "1 of 2 nodes have no zone (zone-aware routing treats their pods as zoneless): bare"},
+			preflight.OK, preflight.Warn, "all 2 nodes", "1 of 2 Linux nodes have no zone (zone-aware routing treats their pods as zoneless): bare"},
 		{"no nodes", nil, preflight.Fail, preflight.Skip, "no nodes", "no nodes"},
 	} {
 		got := NodeChecks(tc.nodes)
@@ -50,7 +50,10 @@ func TestNodeChecks(t *testing.T) {
 	}
 	w := node("win", "10.0.20348.2849", "z1")
 	w.Status.NodeInfo.OperatingSystem = "windows"
-	if got := NodeChecks([]corev1.Node{node("a", "6.8.0", "z1"), w}); got[0].Status != preflight.Warn || !strings.Contains(got[0].Detail, "win (windows: pods there are not meshed)") {
-		t.Errorf("a Windows node: %v %q, want a warning naming it", got[0].Status, got[0].Detail)
+	if got := NodeChecks([]corev1.Node{node("a", "6.8.0", "z1"), w}); got[0].Status != preflight.Warn || !strings.Contains(got[0].Detail, "win (windows: pods there are not meshed)") || got[1].Detail != "1 zone: z1" {
+		t.Errorf("a Windows node: %v %q, zones %q: want a warning naming it, and the Linux node's zone", got[0].Status, got[0].Detail, got[1].Detail)
+	}
+	if got := NodeChecks([]corev1.Node{w}); got[0].Status != preflight.Fail || got[1].Status != preflight.Skip {
+		t.Errorf("Windows nodes only: %v %q, %v: want a failure (nothing can be meshed)", got[0].Status, got[0].Detail, got[1].Status)
 	}
 }

@@ -71,8 +71,8 @@ unchanged.`},
 ~/.kube/config) for meshlet: the Kubernetes release (1.29 or later for
 native sidecars), every node's Linux release (5.15 or later; 6.5 or later
 for the sidecar to drop root) and zone label, whether the caller may create
-what the chart installs, and whether the control plane is installed and
-ready (a failure with -installed). Prints one line per check and fails if
+what the chart installs (before the install), and whether the control
+plane is installed and ready (a failure with -installed). Prints one line per check and fails if
 one failed. The node's own check, as root on the node, is sidecar check.`},
 		},
 	}
@@ -89,7 +89,8 @@ func checkFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) er
 	def := injector.DefaultOptions()
 	o := injector.PreflightOptions{Namespace: def.Namespace, Name: def.WebhookConfig}
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the control plane's `NAMESPACE`.")
-	fs.BoolVar(&o.Installed, "installed", false, "fail unless the control plane is installed and ready (after helm install).")
+	fs.BoolVar(&o.Installed, "installed", false, "fail unless the control plane is installed and ready (after helm install); the right to install is then not checked.")
+	fs.StringVar(&o.ReleaseNamespace, "release-namespace", "default", "the `NAMESPACE` helm install runs in (helm -n), where Helm keeps the release's Secret.")
 	return func(out io.Writer) error {
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
 		if *kubeconfig != "" {
@@ -99,6 +100,7 @@ func checkFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) er
 		if err != nil {
 			return fmt.Errorf("check: kubeconfig: %w", err)
 		}
+		cfg.Timeout = 30 * time.Second // each call, the version's too
 		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("check: %w", err)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -105,5 +107,35 @@ func TestProxyResourceFlags(t *testing.T) {
 	}
 	if res.Requests.Memory().String() != "64Mi" || res.Limits.Cpu().String() != "1" || res.Limits.Memory().String() != "512Mi" {
 		t.Errorf("resources %+v, want requests memory 64Mi, limits cpu 1 memory 512Mi", res)
+	}
+}
+
+// injector check reaches its cluster through the kubeconfig it is given: a
+// missing one is the command's error, naming the file, and a cluster that
+// does not answer is a failed check, not a pass.
+func TestCheckNeedsItsCluster(t *testing.T) {
+	dir := t.TempDir()
+	missing := dir + "/nowhere.kubeconfig"
+	err := run([]string{"check", "-kubeconfig", missing}, strings.NewReader(""), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "check: kubeconfig") || !strings.Contains(err.Error(), "nowhere.kubeconfig") {
+		t.Errorf("check with a missing kubeconfig: %v, want an error naming it", err)
+	}
+	// An API server on a loopback port nothing listens on (the listener is
+	// closed before the check dials it).
+	l, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	kc := dir + "/closed.kubeconfig"
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://"+addr+"\", insecure-skip-tls-verify: true}}]\n"+
+		"users: [{name: u, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = run([]string{"check", "-kubeconfig", kc}, strings.NewReader(""), &out)
+	if err == nil || !strings.Contains(out.String(), "FAIL  Kubernetes >= 1.29") || !strings.Contains(out.String(), "FAIL  nodes: list nodes") {
+		t.Errorf("check against a closed port: %v\n%s\nwant the version and node checks failed", err, out.String())
 	}
 }

@@ -61,28 +61,33 @@ func (s Status) String() string {
 
 // Result is one check's outcome.
 type Result struct {
-	// Check names what was checked: "linux kernel >= 5.15".
-	Check string `json:"check"`
+	// Check names what was checked: "this node: Linux >= 5.15".
+	Check string
 	// Status is the outcome.
-	Status Status `json:"-"`
+	Status Status
 	// Detail says what was found, and on a warning or failure what to do.
-	Detail string `json:"detail"`
+	Detail string
 }
 
-// Report writes one line per result and returns an error naming the
-// failed checks, if any (warnings and skips are not errors).
+// Report writes one line per result and a count of each outcome, and
+// returns an error naming the failed checks, if any (warnings and skips
+// are not errors).
 func Report(out io.Writer, results []Result) error {
 	var failed []string
+	var n [Fail + 1]int
 	for _, r := range results {
 		fmt.Fprintf(out, "%-4s  %s: %s\n", r.Status, r.Check, r.Detail)
+		if r.Status >= OK && r.Status <= Fail {
+			n[r.Status]++
+		}
 		if r.Status == Fail {
 			failed = append(failed, r.Check)
 		}
 	}
+	fmt.Fprintf(out, "%d ok, %d warn, %d skipped, %d failed\n", n[OK], n[Warn], n[Skip], n[Fail])
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d checks failed: %s", len(failed), len(results), strings.Join(failed, "; "))
 	}
-	fmt.Fprintf(out, "all %d checks passed\n", len(results))
 	return nil
 }
 
@@ -92,9 +97,9 @@ type Version struct{ Major, Minor int }
 // String is "major.minor".
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
 
-// AtLeast reports whether v is min or later.
-func (v Version) AtLeast(min Version) bool {
-	return v.Major > min.Major || v.Major == min.Major && v.Minor >= min.Minor
+// AtLeast reports whether v is w or later.
+func (v Version) AtLeast(w Version) bool {
+	return v.Major > w.Major || v.Major == w.Major && v.Minor >= w.Minor
 }
 
 // ParseVersion reads the major.minor at the start of a release string,
@@ -112,7 +117,7 @@ func ParseVersion(s string) (Version, error) {
 	}
 	ma, err1 := strconv.Atoi(major)
 	mi, err2 := strconv.Atoi(rest[:n])
-	if err1 != nil || err2 != nil || ma < 0 {
+	if err1 != nil || err2 != nil || strings.TrimLeft(major, "0123456789") != "" {
 		return Version{}, fmt.Errorf("preflight: release %q: want major.minor", s)
 	}
 	return Version{ma, mi}, nil

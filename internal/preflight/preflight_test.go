@@ -23,7 +23,7 @@ func TestParseVersion(t *testing.T) {
 			t.Errorf("ParseVersion(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "6", "six.1", "6.x", "-1.2", "unknown"} {
+	for _, bad := range []string{"", "6", "six.1", "6.x", "-1.2", "+6.1", "unknown"} {
 		if v, err := ParseVersion(bad); err == nil || !strings.Contains(err.Error(), "want major.minor") {
 			t.Errorf("ParseVersion(%q) = %v, %v; want an error naming the input", bad, v, err)
 		}
@@ -68,7 +68,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warnings and skips failed the report: %v", err)
 	}
-	want := "ok    a: fine\nwarn  b: meh\nskip  c: not here\nall 3 checks passed\n"
+	want := "ok    a: fine\nwarn  b: meh\nskip  c: not here\n1 ok, 1 warn, 1 skipped, 0 failed\n"
 	if out.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", out.String(), want)
 	}
@@ -77,7 +77,7 @@ func TestReport(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "1 of 2 checks failed: kernel") {
 		t.Errorf("a failed check: err %v, want it named", err)
 	}
-	if !strings.Contains(out.String(), "FAIL  kernel: too old") {
+	if !strings.Contains(out.String(), "FAIL  kernel: too old") || !strings.HasSuffix(out.String(), "1 ok, 0 warn, 0 skipped, 1 failed\n") {
 		t.Errorf("report:\n%s", out.String())
 	}
 }

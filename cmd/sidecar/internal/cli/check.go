@@ -32,26 +32,24 @@ func nodeChecks() []preflight.Result {
 	}
 }
 
-// checkCgroup2 reports whether the unified (v2) cgroup hierarchy is
-// mounted, where the redirect attaches to the pod's cgroup, and whether
-// it is the host's only one.
+// checkCgroup2 reports whether the node runs the unified (v2) cgroup
+// hierarchy, decided as the kubelet and runc decide it (the file system
+// type of /sys/fs/cgroup), and, on a hybrid host, where its v2 mount is:
+// the redirect attaches to the pod's cgroup there.
 func checkCgroup2() preflight.Result {
 	r := preflight.Result{Check: "cgroup v2 (the unified hierarchy)"}
-	dir, err := bpf.Cgroup2Mount()
-	if err != nil {
-		r.Status, r.Detail = preflight.Fail, err.Error()
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		r.Status, r.Detail = preflight.OK, "/sys/fs/cgroup is the unified hierarchy"
 		return r
 	}
-	var st unix.Statfs_t
-	switch err := unix.Statfs(dir, &st); {
-	case err != nil:
-		r.Status, r.Detail = preflight.Fail, fmt.Sprintf("statfs %s: %v", dir, err)
-	case dir != "/sys/fs/cgroup":
-		r.Status = preflight.Warn
-		r.Detail = fmt.Sprintf("mounted at %s beside cgroup v1 controllers (a hybrid host): the redirect works, but the kubelet treats the node as cgroup v1, which it refuses unless failCgroupV1 is false; the unified hierarchy alone (systemd.unified_cgroup_hierarchy=1) is what Kubernetes supports", dir)
-	default:
-		r.Status, r.Detail = preflight.OK, "mounted at "+dir
+	dir, err := bpf.Cgroup2Mount()
+	if err != nil {
+		r.Status, r.Detail = preflight.Fail, err.Error()+": the redirect attaches to the pod's cgroup v2"
+		return r
 	}
+	r.Status = preflight.Warn
+	r.Detail = fmt.Sprintf("a hybrid host: cgroup v1 at /sys/fs/cgroup, v2 at %s. The redirect works there, but the kubelet runs the node as cgroup v1, which from Kubernetes 1.35 it refuses unless failCgroupV1 is false (v1 is in maintenance mode)", dir)
 	return r
 }
 
@@ -68,7 +66,7 @@ func checkLoad() preflight.Result {
 	if err != nil {
 		r.Status, r.Detail = preflight.Fail, err.Error()
 		if errors.Is(err, unix.EPERM) {
-			r.Detail += " (CAP_BPF, CAP_NET_ADMIN and CAP_SYS_RESOURCE are needed)"
+			r.Detail += " (CAP_BPF and CAP_NET_ADMIN are needed)"
 		}
 		return r
 	}
