@@ -42,8 +42,10 @@ out_png=bench/proxy.png
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/meshlet-proxy-bench.XXXXXX")
 pids=()
+worktree=""
 cleanup() {
   local p
+  [ -n "$worktree" ] && git worktree remove --force "$worktree" 2>/dev/null
   for p in "${pids[@]}"; do
     kill "$p" 2>/dev/null || true
   done
@@ -89,12 +91,14 @@ CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar" ./cmd/sidec
 go build -o "$tmp/upstream" ./bench/upstream
 base_name=""
 if [ -n "$BASE" ]; then
-  base_rev=$(git rev-parse --short "$BASE") || die "MESHLET_BENCH_BASE=$BASE is no git revision"
+  base_rev=$(git rev-parse --verify --short "$BASE^{commit}") || die "MESHLET_BENCH_BASE=$BASE is no commit"
   base_name="meshlet@$base_rev"
   log "building the sidecar at $base_rev (git worktree in $tmp/base)"
-  git worktree add -q --detach "$tmp/base" "$base_rev"
-  (cd "$tmp/base" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar-base" ./cmd/sidecar)
-  git worktree remove --force "$tmp/base"
+  worktree=$tmp/base # removed by cleanup too, should the build fail
+  git worktree add -q --detach "$worktree" "$base_rev"
+  (cd "$worktree" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$tmp/sidecar-base" ./cmd/sidecar)
+  git worktree remove --force "$worktree"
+  worktree=""
 fi
 go build -o "$tmp/floor" ./bench/floor
 
@@ -162,9 +166,14 @@ start() { # start NAME CMD...: background process, pid in $started
   pids+=("$started")
 }
 
-stop() { # stop PID
+stop() { # stop PID: and forget it, so that cleanup never signals a reused pid
   kill "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
+  local p kept=()
+  for p in "${pids[@]}"; do
+    [ "$p" = "$1" ] || kept+=("$p")
+  done
+  pids=("${kept[@]}")
 }
 
 
