@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/meshlet-dev/meshlet/internal/preflight"
 )
 
 // Labels and annotations operators set or read.
@@ -68,8 +70,11 @@ const (
 	// DefaultConcurrency is the sidecar's default worker count (Istio's).
 	DefaultConcurrency = 2
 	DefaultImage       = "ghcr.io/meshlet-dev/sidecar:latest"
-	nativeMinorFirst   = 29 // native sidecars: Kubernetes 1.29+
 )
+
+// nativeMinorFirst is the first Kubernetes 1.N whose pods get a native
+// sidecar: the release injector check checks for.
+var nativeMinorFirst = preflight.MustVersion(preflight.NativeSidecarKubernetes).Minor
 
 // systemNamespaces are never injected.
 var systemNamespaces = map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true, "meshlet-system": true}
