@@ -170,9 +170,6 @@ func newH1Pool(w *worker, c *cluster, fallback *http.Transport) *h1Pool {
 	return &h1Pool{w: w, c: c, fallback: fallback, idleTimeout: idleTimeout(c), idle: map[string][]*h1Conn{}}
 }
 
-// aLongTimeAgo is a deadline that aborts blocked reads and writes now.
-var aLongTimeAgo = time.Unix(1, 0)
-
 // maxPooledBody is the largest request body the pool sends itself (with a
 // Content-Length): read whole from the client first, it is written with
 // the head before the response is read, on the request's goroutine, as a
@@ -228,7 +225,7 @@ func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error)
 // rather than through the fallback Transport, whose writer may still read
 // it after a cancelled RoundTrip returned.
 func (p *h1Pool) writesHead(req *http.Request) bool {
-	if hget(req.Header, "Expect") != "" {
+	if h1.Get(req.Header, "Expect") != "" {
 		return false
 	}
 	return req.Body == nil || req.Body == http.NoBody || req.ContentLength >= 0 && req.ContentLength <= maxPooledBody
@@ -441,7 +438,7 @@ const cancelledDrainBody = 64 << 10
 // slow.
 func (p *h1Pool) keepCancelled(pc *h1Conn, req *http.Request, stop exchangeWatch, err error) bool {
 	ctx := req.Context()
-	if ctx.Err() == nil || !isDeadline(err) || context.Cause(ctx) != context.Canceled || p.w.s.ctx.Err() != nil {
+	if ctx.Err() == nil || !rawio.IsDeadline(err) || context.Cause(ctx) != context.Canceled || p.w.s.ctx.Err() != nil {
 		return false
 	}
 	stop.release() // it fired: the deadline is reset below

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // rawExchange writes raw bytes to the proxy's outbound listener and reads
@@ -27,7 +28,7 @@ func rawExchange(t *testing.T, s *Server, raw string) string {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	b, err := io.ReadAll(c)
-	if isDeadline(err) { // (a reset is a close too: a 431 leaves the rest unread)
+	if rawio.IsDeadline(err) { // (a reset is a close too: a 431 leaves the rest unread)
 		t.Errorf("the server did not close the connection: %v; read %q", err, tail(string(b), 200))
 	}
 	return string(b)

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +30,7 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/accesslog"
@@ -182,9 +182,9 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(hget(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
+	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(h1.Get(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
 		netHTTP1: hw == nil && req.ProtoMajor == 1}
-	if hget(req.Header, "X-Request-Id") == "" {
+	if h1.Get(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
 	}
@@ -287,16 +287,6 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	}
 	routeCtx = req.Context()
 	w.proxy(sw, req, ex)
-}
-
-// hget is h.Get for a key already in canonical form (every key the
-// request path looks up is a constant that is): the value without
-// Header.Get's canonicalisation of the key on every call.
-func hget(h http.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // detailStreamIdleTimeout is Envoy's response code details for a stream
@@ -555,7 +545,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		case err != nil:
 			hc.rqError.Add(1)
 			hc.countConnectFail(err)
-			if isDeadline(err) {
+			if rawio.IsDeadline(err) {
 				hc.rqTimeout.Add(1)
 			}
 		case resp.StatusCode >= 500:
@@ -568,7 +558,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		if err == nil {
 			w.reportCode(c, h.Address, hc, resp.StatusCode)
 			ex.stats.CountCode(resp.StatusCode)
-			decision, backoff = rs.OnResponse(resp.StatusCode, hget(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
+			decision, backoff = rs.OnResponse(resp.StatusCode, h1.Get(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
 			if decision != retry.Yes {
 				ex.noRetry(decision)
 				if attempt > 0 && decision == retry.No {
@@ -651,7 +641,7 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	ex.upMTLS, ex.upstreamPeer = false, ""
 	if w.meshed(h) {
 		kind = transportMesh
-		if hget(out.Header, "Upgrade") != "" {
+		if h1.Get(out.Header, "Upgrade") != "" {
 			kind = transportMeshUpgrade
 		}
 		if out == req {
@@ -782,7 +772,7 @@ func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error,
 			return int(retry.ResetConnectTimeout), false
 		}
 		return int(retry.ResetConnectionFailure), false
-	case errors.Is(err, errPerTryTimeout) || errors.Is(context.Cause(req.Context()), errPerTryTimeout) || isDeadline(err):
+	case errors.Is(err, errPerTryTimeout) || errors.Is(context.Cause(req.Context()), errPerTryTimeout) || rawio.IsDeadline(err):
 		ex.stats.Inc(stats.UpstreamRqPerTryTimeout)
 		ex.flags |= respflag.UT
 		ex.details = "upstream_per_try_timeout"
@@ -812,11 +802,6 @@ func (w *worker) classifyFailure(req *http.Request, ex *activeStream, err error,
 	return int(retry.ResetConnectionTermination), false
 }
 
-func isDeadline(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
 // contextError records why the request context ended: the route timeout
 // (UT) or the downstream going away (DC).
 func (w *worker) contextError(req *http.Request, ex *activeStream) error {
@@ -838,7 +823,7 @@ func (w *worker) contextError(req *http.Request, ex *activeStream) error {
 }
 
 func grpcStatusOf(resp *http.Response) int {
-	if v := hget(resp.Header, "Grpc-Status"); v != "" {
+	if v := h1.Get(resp.Header, "Grpc-Status"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
 			return n
 		}
@@ -887,8 +872,8 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	e := accesslog.Entry{
 		StartTime: start, Method: req.Method, Path: h1.RequestTarget(req), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
-		UpstreamServiceTime: -1, ForwardedFor: hget(req.Header, "X-Forwarded-For"), UserAgent: hget(req.Header, "User-Agent"),
-		RequestID: hget(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
+		UpstreamServiceTime: -1, ForwardedFor: h1.Get(req.Header, "X-Forwarded-For"), UserAgent: h1.Get(req.Header, "User-Agent"),
+		RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
 	w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: ex.details, Failure: ex.failure, Cluster: ex.clusterName(),
 		DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer})

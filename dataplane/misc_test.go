@@ -459,14 +459,19 @@ func TestHopByHopHeaderAlone(t *testing.T) {
 	}
 }
 
-// TestHgetKeysCanonical: hget skips Header.Get's canonicalisation of its
-// key, so every key the package passes it must already be canonical.
-func TestHgetKeysCanonical(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+// TestHeaderGetKeysCanonical: h1.Get skips Header.Get's canonicalisation
+// of its key, so every key the request path passes it (this package's
+// and the HTTP/1 server's) must already be canonical.
+func TestHeaderGetKeysCanonical(t *testing.T) {
+	var files []string
+	for _, pat := range []string{"*.go", "internal/h1server/*.go"} {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
 	}
-	re := regexp.MustCompile(`hget\([^,]+, "([^"]*)"\)`)
+	re := regexp.MustCompile(`h1\.Get\([^,]+, "([^"]*)"\)`)
 	n := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -476,12 +481,12 @@ func TestHgetKeysCanonical(t *testing.T) {
 		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 			n++
 			if k := m[1]; http.CanonicalHeaderKey(k) != k {
-				t.Errorf("%s: hget key %q is not canonical (%q)", f, k, http.CanonicalHeaderKey(k))
+				t.Errorf("%s: h1.Get key %q is not canonical (%q)", f, k, http.CanonicalHeaderKey(k))
 			}
 		}
 	}
 	if n < 10 {
-		t.Fatalf("found %d hget calls with a constant key, want the request path's (>= 10)", n)
+		t.Fatalf("found %d h1.Get calls with a constant key, want the request path's (>= 10)", n)
 	}
 }
 

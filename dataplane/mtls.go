@@ -223,7 +223,7 @@ func (w *worker) dialHost(ctx context.Context, c *cluster, h *lb.Host, alpn stri
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &connectError{addr: h.Address, err: err, tls: true, timeout: isDeadline(err)}
+		return nil, &connectError{addr: h.Address, err: err, tls: true, timeout: rawio.IsDeadline(err)}
 	}
 	w.s.mtlsStats.count("outbound", "ok")
 	return tc, nil

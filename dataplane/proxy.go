@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
@@ -117,7 +118,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 		dst.Add("Trailer", strings.Join(keys, ", "))
 	}
 	rw.WriteHeader(res.StatusCode)
-	stream := res.ContentLength < 0 || isEventStream(hget(res.Header, "Content-Type"))
+	stream := res.ContentLength < 0 || isEventStream(h1.Get(res.Header, "Content-Type"))
 	if stream || announced > 0 {
 		// Headers at once; trailers need a chunked response, which an
 		// early flush forces.
@@ -320,7 +321,7 @@ func upgradeType(h http.Header) string {
 	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
 		return ""
 	}
-	return hget(h, "Upgrade")
+	return h1.Get(h, "Upgrade")
 }
 
 func printable(s string) bool {
@@ -356,5 +357,5 @@ func removeHopByHop(h http.Header) {
 // isTrailersOnly is a gRPC response carrying its status in its headers
 // alone.
 func isTrailersOnly(res *http.Response) bool {
-	return res.ProtoMajor == 2 && hget(res.Header, "Grpc-Status") != "" && (res.Body == http.NoBody || res.ContentLength == 0)
+	return res.ProtoMajor == 2 && h1.Get(res.Header, "Grpc-Status") != "" && (res.Body == http.NoBody || res.ContentLength == 0)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // errStreamIdleTimeout ends a request's context when no byte of it moved
@@ -122,7 +123,7 @@ func (h *streamEnd) timedOut(stallRead bool) {
 			return
 		}
 		if stallRead {
-			_ = h.rc.SetReadDeadline(aLongTimeAgo)
+			_ = h.rc.SetReadDeadline(rawio.ALongTimeAgo)
 		}
 		_ = h.rc.SetWriteDeadline(time.Now().Add(timeoutGrace))
 	}()

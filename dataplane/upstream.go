@@ -100,7 +100,7 @@ func (w *worker) dial(ctx context.Context, c *cluster, addr string) (net.Conn, e
 	if err != nil {
 		c.cxActive.Add(-1)
 		st.Inc(stats.UpstreamCxConnectFail)
-		ce := &connectError{addr: addr, err: err, timeout: isDeadline(err) && ctx.Err() == nil}
+		ce := &connectError{addr: addr, err: err, timeout: rawio.IsDeadline(err) && ctx.Err() == nil}
 		if ce.timeout {
 			st.Inc(stats.UpstreamCxConnectTimeout)
 		}

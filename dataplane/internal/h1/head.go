@@ -547,3 +547,13 @@ func QuoteInput(b []byte) string {
 	q := strconv.Quote(string(b))
 	return "'" + strings.ReplaceAll(q[1:len(q)-1], `\"`, `\x22`) + "'" + more
 }
+
+// Get is h.Get for a key already in canonical form (every key the request
+// path looks up is a constant that is): the value without Header.Get's
+// canonicalisation of the key on every call.
+func Get(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

@@ -3,6 +3,8 @@ package h1server
 import (
 	"net"
 	"sync"
+
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // UpstreamAbort cuts a request's upstream connection (a deadline in the
@@ -23,7 +25,7 @@ func (a *UpstreamAbort) Watch(conn net.Conn) {
 	a.mu.Lock()
 	a.conn = conn
 	if a.fired {
-		_ = conn.SetDeadline(aLongTimeAgo)
+		_ = conn.SetDeadline(rawio.ALongTimeAgo)
 	}
 	a.mu.Unlock()
 }
@@ -52,7 +54,7 @@ func (a *UpstreamAbort) Fire() {
 	if a.conn != nil {
 		// Under mu: once Release returns, no cut lands late on a
 		// connection given back its deadline (keepCancelled).
-		_ = a.conn.SetDeadline(aLongTimeAgo)
+		_ = a.conn.SetDeadline(rawio.ALongTimeAgo)
 	}
 	a.mu.Unlock()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // reqBody is a request body: at its end the disconnect watch is armed (the
@@ -58,7 +59,7 @@ func framingError(err error) bool {
 		return false // (checked first: the rest allocates)
 	}
 	var oe *net.OpError
-	return !errors.As(err, &oe) && !errors.Is(err, net.ErrClosed) && !isDeadline(err) && !errors.Is(err, http.ErrBodyReadAfterClose)
+	return !errors.As(err, &oe) && !errors.Is(err, net.ErrClosed) && !rawio.IsDeadline(err) && !errors.Is(err, http.ErrBodyReadAfterClose)
 }
 
 // bodyError is the framing error of a request body.
@@ -120,7 +121,7 @@ func (d *dcWatch) start(gen uint64) {
 				d.c.src.pending = append(d.c.src.pending, b[:n]...)
 				return
 			}
-			if err != nil && !isDeadline(err) {
+			if err != nil && !rawio.IsDeadline(err) {
 				d.gone = true
 				d.rw.cancelRequest(context.Canceled)
 				return
@@ -148,7 +149,7 @@ func (d *dcWatch) stop() {
 	done := d.done
 	d.mu.Unlock()
 	if done != nil {
-		_ = d.c.tcp.SetReadDeadline(aLongTimeAgo)
+		_ = d.c.tcp.SetReadDeadline(rawio.ALongTimeAgo)
 		<-done
 		d.c.setReadDeadline(time.Time{})
 	}

@@ -216,9 +216,9 @@ func (s *Server) Serve(c *Conn, h Handler, o ConnOptions) {
 			// (nobody to answer, as net/http); anything else was sent and
 			// is malformed.
 			switch {
-			case c.src.hit || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isDeadline(err)):
+			case c.src.hit || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || rawio.IsDeadline(err)):
 				c.badRequest(err)
-			case headerWait && isDeadline(err) && !time.Now().Before(headerDeadline):
+			case headerWait && rawio.IsDeadline(err) && !time.Now().Before(headerDeadline):
 				// A head that trickles in (slowloris): Envoy's 408 for
 				// request_headers_timeout (no flag).
 				c.reject(&h1.Reject{Code: http.StatusRequestTimeout, Details: "request_header_timeout",
@@ -265,7 +265,7 @@ func (c *Conn) serve(base context.Context, req *http.Request, rw *Writer) (keep 
 		}
 	}()
 	req.RemoteAddr = c.remote
-	if (req.Body != nil && req.Body != http.NoBody) || hget(req.Header, "Upgrade") != "" {
+	if (req.Body != nil && req.Body != http.NoBody) || h1.Get(req.Header, "Upgrade") != "" {
 		// The idle deadline must not cut an upload or an upgraded stream.
 		c.setReadDeadline(time.Time{})
 	}
@@ -290,7 +290,7 @@ func (c *Conn) serve(base context.Context, req *http.Request, rw *Writer) (keep 
 		rw.hadBody = true
 		rw.bodyPending.Store(true)
 		body = &reqBody{ReadCloser: req.Body, onEOF: watch.arm, w: rw}
-		if strings.EqualFold(hget(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
+		if strings.EqualFold(h1.Get(req.Header, "Expect"), "100-continue") && req.ProtoAtLeast(1, 1) {
 			// The proxy answers 100 Continue itself (Envoy's default,
 			// proxy_100_continue false) once the request goes upstream
 			// (SendContinue): a local answer (no route, no healthy

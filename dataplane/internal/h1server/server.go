@@ -12,18 +12,17 @@ package h1server
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // Why this server, and what it does.
@@ -196,7 +195,7 @@ func (s *Server) Drain(force bool) {
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		if force || c.idle.Load() {
-			_ = c.tcp.SetReadDeadline(aLongTimeAgo)
+			_ = c.tcp.SetReadDeadline(rawio.ALongTimeAgo)
 		}
 		if force {
 			c.tcp.Close()
@@ -247,20 +246,3 @@ func (x *connCtx) Done() <-chan struct{} { return nil }
 
 // Err is nil: the context is never cancelled.
 func (x *connCtx) Err() error { return nil }
-
-// aLongTimeAgo is a deadline that aborts blocked reads and writes now.
-var aLongTimeAgo = time.Unix(1, 0)
-
-func isDeadline(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// hget is h.Get for a key already in canonical form: the value without
-// Header.Get's canonicalisation of the key on every call.
-func hget(h http.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}

@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // connOut is the writer under a connection's bufio.Writer. A response's
@@ -119,7 +120,7 @@ func (c *Conn) checkWait(gen uint64) {
 		c.pipelined = true
 	}
 	c.kicked = true
-	_ = c.tcp.SetReadDeadline(aLongTimeAgo)
+	_ = c.tcp.SetReadDeadline(rawio.ALongTimeAgo)
 }
 
 // setReadDeadline sets the connection's read deadline and records it.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 )
 
 // Writer is the http.ResponseWriter of a connection's requests: one
@@ -213,7 +214,7 @@ func (rw *Writer) timedOutLocked(cause error, endReads bool) {
 	rw.timedOut = true
 	if endReads || rw.bodyPending.Load() {
 		rw.readsEnded = true
-		_ = rw.c.tcp.SetReadDeadline(aLongTimeAgo)
+		_ = rw.c.tcp.SetReadDeadline(rawio.ALongTimeAgo)
 	}
 	_ = rw.c.tcp.SetWriteDeadline(time.Now().Add(rw.c.srv.o.TimeoutGrace))
 }
@@ -390,7 +391,7 @@ func (rw *Writer) commit(final bool) {
 	rw.committed = true
 	h := rw.Header()
 	rw.cl = -1
-	if v := hget(h, "Content-Length"); v != "" {
+	if v := h1.Get(h, "Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 			rw.cl = n
 		} else {
