@@ -241,6 +241,12 @@ type Route struct {
 	// Timeout covers all attempts of an HTTP request (0 = no timeout).
 	Timeout time.Duration
 	Retry   retry.Policy
+	// RouteConfig names the route table (RDS) whose Rules route HTTP
+	// requests to this destination; "" for a plain route.
+	RouteConfig string
+	// Rules, when there are any, route each HTTP request instead of
+	// Cluster, Timeout and Retry (which still carry opaque TCP).
+	Rules []RouteRule
 }
 
 // HealthCheckKind is the active health checker type.
@@ -489,6 +495,9 @@ func (c *Config) Validate() error {
 			}
 			if r.Timeout < 0 {
 				return fmt.Errorf("config: %s.timeout: %v must be >= 0", rw, r.Timeout)
+			}
+			if err := validateRules(rw, r.Rules); err != nil {
+				return err
 			}
 		}
 	}

@@ -77,6 +77,9 @@ type activeStream struct {
 	// netHTTP1: an HTTP/1 request of the net/http fallback, whose
 	// connection a timeout's local reply closes (proxyError).
 	netHTTP1 bool
+	// respHeaders are the response header changes of the request's rule
+	// and backend (a route table's), applied to the upstream's response.
+	respHeaders [2]*config.HeaderMutation
 }
 
 // httpScratch is the router's state for one request, in one allocation
@@ -228,6 +231,11 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	}
 	if t := ls.cfg.StreamIdleTimeout; t > 0 && hs != nil {
 		hs.idle.arm(t) // (a fast-server HTTP/1 connection arms its requests' own)
+	}
+	if route.table {
+		if route = w.routeByTable(sw, req, ex, route); route == nil {
+			return // answered by the table
+		}
 	}
 	ex.route, ex.cluster = route, route.cluster
 	c := route.cluster

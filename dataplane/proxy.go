@@ -82,6 +82,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 		w.switchProtocols(rw, req, res, upType, ex)
 		return
 	}
+	ex.applyResponseHeaders(res.Header)
 	if isTrailersOnly(res) {
 		// A gRPC trailers-only response: status in the only HEADERS
 		// frame, no body. Sent as headers alone (a separate empty end

@@ -160,6 +160,10 @@ type routeState struct {
 	anyIP   bool
 	hasDst  bool
 	cluster *cluster
+	// table: HTTP requests go by rules (a route table from RDS, which
+	// may be empty: every request 404) rather than to cluster.
+	table bool
+	rules []*ruleState
 }
 
 // cluster is one upstream cluster at run time. Its lb snapshot is
@@ -428,7 +432,10 @@ func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
 		}
 		for j := range lc.Routes {
 			rc := &lc.Routes[j]
-			rs := &routeState{cfg: rc, cluster: st.clusters[rc.Cluster]}
+			rs := &routeState{cfg: rc, cluster: st.clusters[rc.Cluster], table: rc.RouteConfig != "" || len(rc.Rules) > 0}
+			if rs.table {
+				rs.rules = compileRules(rc, st.clusters)
+			}
 			if d := rc.Destination; d != "" {
 				rs.hasDst = true
 				if strings.HasPrefix(d, ":") {

@@ -174,7 +174,9 @@ func endpointMeshed(p path, md *corev3.Metadata) (meshed bool, identity string, 
 // (service, port, addresses), matching that IP and port, with the timeout
 // and retry policy of the RouteAction at typed_filter_metadata
 // ["meshlet.io/route"] (defaults config.DefaultRouteTimeout and
-// DefaultRetryPolicy). A cluster without addresses (a headless service, the
+// DefaultRetryPolicy), and the route configuration named by its
+// route_config (whose rules the caller fills in from RDS: see
+// TranslateRouteConfiguration). A cluster without addresses (a headless service, the
 // local cluster) has no routes. Errors name the metadata field.
 func ServiceRoutes(c *clusterv3.Cluster) ([]config.Route, error) {
 	routes, err := serviceRoutes(path("metadata"), c)
@@ -214,6 +216,7 @@ func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 	sp := p.field("filter_metadata").key(meshmeta.MetadataNamespace)
 	var port uint16
 	var addrs []netip.Addr
+	var routeConfig string
 	// Sorted, so that the first error is always the same one.
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
 		v := s.GetFields()[k]
@@ -240,8 +243,15 @@ func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 				}
 				addrs = append(addrs, ip)
 			}
+		case meshmeta.RouteConfigField:
+			str, ok := v.GetKind().(*structpb.Value_StringValue)
+			if !ok || str.StringValue == "" {
+				return nil, sp.field(k).errorf("want the name of a route configuration")
+			}
+			routeConfig = str.StringValue
 		default:
-			return nil, sp.field(k).errorf("not supported by meshlet (want %s, %s or %s)", meshmeta.ServiceField, meshmeta.PortField, meshmeta.AddressesField)
+			return nil, sp.field(k).errorf("not supported by meshlet (want %s, %s, %s or %s)", meshmeta.ServiceField, meshmeta.PortField,
+				meshmeta.AddressesField, meshmeta.RouteConfigField)
 		}
 	}
 	if len(addrs) > 0 && port == 0 {
@@ -255,6 +265,7 @@ func serviceRoutes(p path, c *clusterv3.Cluster) ([]config.Route, error) {
 			Cluster:     c.GetName(),
 			Timeout:     timeout,
 			Retry:       retry,
+			RouteConfig: routeConfig,
 		})
 	}
 	return routes, nil

@@ -182,8 +182,8 @@ type adsStream interface {
 	handle(resp any) (request any, typeURL string, rejected error)
 	// send sends a request on the stream.
 	send(req any) error
-	// syncEDS sends an EDS subscription change if the clusters need one.
-	syncEDS() error
+	// syncNames sends the EDS and RDS subscription changes the clusters need.
+	syncNames() error
 }
 
 // runStream runs one stream until it fails or ctx is done; responded says
@@ -198,13 +198,13 @@ func (c *Client) runStream(ctx context.Context) (responded bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("adsclient: open delta stream: %w", err)
 		}
-		s = &deltaStream{c: c, str: str, subscribed: map[string]bool{}}
+		s = &deltaStream{c: c, str: str, subscribed: map[string]map[string]bool{}}
 	} else {
 		str, err := ads.StreamAggregatedResources(sctx)
 		if err != nil {
 			return false, fmt.Errorf("adsclient: open stream: %w", err)
 		}
-		s = &sotwStream{c: c, str: str, nonces: map[string]string{}}
+		s = &sotwStream{c: c, str: str, nonces: map[string]string{}, sent: map[string][]string{}}
 	}
 	c.update(func(st *Stats) { st.Streams++ })
 	if err := s.subscribe(); err != nil {
@@ -267,7 +267,7 @@ func (c *Client) runStream(ctx context.Context) (responded bool, err error) {
 				if err := s.send(req); err != nil {
 					return responded, err
 				}
-				if err := s.syncEDS(); err != nil {
+				if err := s.syncNames(); err != nil {
 					return responded, err
 				}
 				c.publish()
@@ -292,7 +292,7 @@ func (c *Client) runStream(ctx context.Context) (responded bool, err error) {
 			}
 			// A rejected CDS response still leaves the clusters we hold,
 			// whose assignments this stream may not have asked for yet.
-			if err := s.syncEDS(); err != nil {
+			if err := s.syncNames(); err != nil {
 				return responded, err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -23,6 +24,7 @@ import (
 var (
 	clusterTypeURL  = typeURL(&clusterv3.Cluster{})
 	endpointTypeURL = typeURL(&endpointv3.ClusterLoadAssignment{})
+	routeTypeURL    = typeURL(&routev3.RouteConfiguration{})
 )
 
 func typeURL(m proto.Message) string {
@@ -48,16 +50,59 @@ type edsEntry struct {
 	sum     [32]byte // SHA-256 of the encoded resource (state of the world)
 }
 
+// rdsEntry is one accepted route configuration.
+type rdsEntry struct {
+	rules   []config.RouteRule // shared by every delivery: never changed
+	version string             // delta resource version
+}
+
 // adsState is what the client has accepted, across streams.
 type adsState struct {
 	clusters  map[string]*cdsEntry
 	clas      map[string]*edsEntry
+	rcs       map[string]*rdsEntry
 	cdsSynced bool              // a CDS response was accepted
 	versions  map[string]string // SotW version_info accepted, by type URL
 }
 
 func newADSState() adsState {
-	return adsState{clusters: map[string]*cdsEntry{}, clas: map[string]*edsEntry{}, versions: map[string]string{}}
+	return adsState{clusters: map[string]*cdsEntry{}, clas: map[string]*edsEntry{}, rcs: map[string]*rdsEntry{}, versions: map[string]string{}}
+}
+
+// names returns what the clusters need of a type subscribed by name
+// (EDS or RDS), sorted.
+func (s *adsState) names(typeURL string) []string {
+	if typeURL == endpointTypeURL {
+		return s.edsNames()
+	}
+	return slices.Sorted(maps.Keys(s.rdsNeeded()))
+}
+
+// version is the delta version of an accepted resource ("" if none).
+func (s *adsState) version(typeURL, name string) string {
+	if typeURL == endpointTypeURL {
+		if e, ok := s.clas[name]; ok {
+			return e.version
+		}
+		return ""
+	}
+	if e, ok := s.rcs[name]; ok {
+		return e.version
+	}
+	return ""
+}
+
+// rdsNeeded is the set of route configurations the clusters' routes name.
+func (s *adsState) rdsNeeded() map[string]bool {
+	need := map[string]bool{}
+	for _, e := range s.clusters {
+		for _, r := range e.routes {
+			if r.RouteConfig != "" {
+				need[r.RouteConfig] = true
+			}
+		}
+	}
+	return need
 }
 
 // edsNames returns the assignments the clusters need, sorted.
@@ -76,11 +121,14 @@ func (s *adsState) dropUnused() {
 		need[e.eds] = true
 	}
 	maps.DeleteFunc(s.clas, func(name string, _ *edsEntry) bool { return !need[name] })
+	rds := s.rdsNeeded()
+	maps.DeleteFunc(s.rcs, func(name string, _ *rdsEntry) bool { return !rds[name] })
 }
 
-// assemble returns the clusters with their endpoints and their routes, or
-// ok false while CDS has not been accepted or a cluster still waits for
-// its assignment.
+// assemble returns the clusters with their endpoints and their routes
+// with their rules, or ok false while CDS has not been accepted or a
+// cluster still waits for its assignment or a route for its route
+// configuration.
 func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route, ok bool) {
 	if !s.cdsSynced {
 		return nil, nil, false
@@ -95,9 +143,89 @@ func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route,
 		cl := e.cluster
 		la.la.ApplyTo(&cl)
 		clusters = append(clusters, cl)
-		routes = append(routes, e.routes...)
+		for _, r := range e.routes {
+			if r.RouteConfig != "" {
+				rc, ok := s.rcs[r.RouteConfig]
+				if !ok {
+					return nil, nil, false
+				}
+				r.Rules = rc.rules
+			}
+			routes = append(routes, r)
+		}
 	}
 	return clusters, routes, true
+}
+
+// decodeRouteConfiguration translates the i-th resource of an RDS
+// response.
+func decodeRouteConfiguration(i int, a *anypb.Any) (string, *rdsEntry, error) {
+	var rc routev3.RouteConfiguration
+	if err := unmarshalResource(a, &rc); err != nil {
+		return "", nil, fmt.Errorf("adsclient: RDS resources[%d]: %w", i, err)
+	}
+	rules, err := discovery.TranslateRouteConfiguration(&rc)
+	if err != nil {
+		return rc.GetName(), nil, err
+	}
+	return rc.GetName(), &rdsEntry{rules: rules}, nil
+}
+
+// applySotwRDS stores the route configurations of a state-of-the-world
+// RDS response (which, like EDS, may hold only some of them), or changes
+// nothing and returns why.
+func (s *adsState) applySotwRDS(resources []*anypb.Any) error {
+	anys := make([]*discoveryResource, len(resources))
+	for i, a := range resources {
+		anys[i] = &discoveryResource{resource: a}
+	}
+	return s.applyRouteConfigurations(anys, false)
+}
+
+// applyDeltaRDS applies an incremental RDS response, all or nothing. A
+// removed route configuration that a route still names leaves it an
+// empty table (every request 404, as Envoy's empty route configuration).
+func (s *adsState) applyDeltaRDS(resources []*discoveryResource, removed []string) error {
+	if err := s.applyRouteConfigurations(resources, true); err != nil {
+		return err
+	}
+	need := s.rdsNeeded()
+	for _, name := range removed {
+		if need[name] {
+			s.rcs[name] = &rdsEntry{}
+		} else {
+			delete(s.rcs, name)
+		}
+	}
+	return nil
+}
+
+// applyRouteConfigurations translates RDS resources (named, in delta)
+// and stores those a route needs; all or nothing.
+func (s *adsState) applyRouteConfigurations(resources []*discoveryResource, delta bool) error {
+	need := s.rdsNeeded()
+	next := map[string]*rdsEntry{}
+	var errs errorList
+	for i, r := range resources {
+		name, e, err := decodeRouteConfiguration(i, r.resource)
+		switch {
+		case err != nil:
+			errs.add(err)
+		case delta && name != r.name:
+			errs.add(fmt.Errorf("adsclient: RDS resources[%d]: resource %q holds route configuration %q", i, r.name, name))
+		case !need[name]:
+		case next[name] != nil:
+			errs.add(fmt.Errorf("adsclient: RDS resources[%d]: duplicate route configuration %q", i, name))
+		default:
+			e.version = r.version
+			next[name] = e
+		}
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	maps.Copy(s.rcs, next)
+	return nil
 }
 
 // decodeCluster translates the i-th resource of a CDS response.

@@ -6,6 +6,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -167,4 +168,84 @@ func TestADSStateReusesUnchangedAssignments(t *testing.T) {
 	if !ok || cs[0].Endpoints[0].Address != "10.0.0.1:80" || cs[1].Endpoints[0].Address != "10.0.0.3:80" {
 		t.Fatalf("assembled %v %+v", ok, cs)
 	}
+}
+
+// routedCluster is an EDS cluster of a Service at 10.96.0.1:80 whose
+// requests go by the route configuration rc ("" for none).
+func routedCluster(t *testing.T, name, rc string) *anypb.Any {
+	var c clusterv3.Cluster
+	md := "{service: echo, port: 80, addresses: [10.96.0.1]"
+	if rc != "" {
+		md += ", route_config: \"" + rc + "\""
+	}
+	fromYAML(t, "name: "+name+"\ntype: EDS\neds_cluster_config: {eds_config: {ads: {}}}\nmetadata: {filter_metadata: {meshlet.io: "+md+"}}}\n", &c)
+	return anyOf(t, &c)
+}
+
+func routeConfiguration(t *testing.T, name, cluster string) *anypb.Any {
+	var rc routev3.RouteConfiguration
+	fromYAML(t, "name: "+name+"\nvirtual_hosts: [{name: vh, domains: ['*'], routes: [{name: r0, match: {prefix: /}, route: {cluster: "+cluster+"}}]}]\n", &rc)
+	return anyOf(t, &rc)
+}
+
+// TestADSStateRoutes: a cluster that names a route configuration is
+// delivered only once RDS brought it, its route then carrying the rules;
+// a bad route configuration changes nothing; one removed while named
+// leaves an empty table; one no cluster names is forgotten.
+func TestADSStateRoutes(t *testing.T) {
+	st := newADSState()
+	res := func(name string, a *anypb.Any) *discoveryResource {
+		return &discoveryResource{name: name, version: "v-" + name, resource: a}
+	}
+	if err := st.applyDeltaCDS([]*discoveryResource{res("a", routedCluster(t, "a", "rc-a")), res("b", routedCluster(t, "b", ""))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.applyDeltaEDS([]*discoveryResource{res("a", assignment(t, "a", "10.0.0.1")), res("b", assignment(t, "b", "10.0.0.2"))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, st.names(routeTypeURL), []string{"rc-a"})
+	if _, _, ok := st.assemble(); ok {
+		t.Fatal("complete without the route configuration")
+	}
+	// Not what was asked for, then a bad one: neither counts.
+	if err := st.applyDeltaRDS([]*discoveryResource{res("other", routeConfiguration(t, "other", "b"))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var bad routev3.RouteConfiguration
+	fromYAML(t, "name: rc-a\nvirtual_hosts: [{name: vh, domains: [echo]}]\n", &bad)
+	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-a", anyOf(t, &bad))}, nil), `route configuration "rc-a"`, "domains")
+	if _, _, ok := st.assemble(); ok {
+		t.Fatal("complete with a rejected route configuration")
+	}
+	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-x", routeConfiguration(t, "rc-a", "b"))}, nil), `resource "rc-x" holds route configuration "rc-a"`)
+
+	if err := st.applyDeltaRDS([]*discoveryResource{res("rc-a", routeConfiguration(t, "rc-a", "b"))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, ok := st.assemble()
+	if !ok {
+		t.Fatal("incomplete")
+	}
+	eq(t, len(routes), 2)
+	eq(t, routes[0].RouteConfig, "rc-a")
+	eq(t, len(routes[0].Rules), 1)
+	eq(t, routes[0].Rules[0].Backends[0].Cluster, "b")
+	eq(t, routes[1].RouteConfig, "")
+	eq(t, len(routes[1].Rules), 0)
+	eq(t, st.version(routeTypeURL, "rc-a"), "v-rc-a")
+
+	// Removed while named: an empty table, still complete.
+	if err := st.applyDeltaRDS(nil, []string{"rc-a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, ok = st.assemble()
+	if !ok || routes[0].RouteConfig != "rc-a" || len(routes[0].Rules) != 0 {
+		t.Fatalf("after the removal: ok %v, route %+v", ok, routes[0])
+	}
+	// The cluster no longer names it: forgotten, and no longer asked for.
+	if err := st.applyDeltaCDS([]*discoveryResource{res("a", routedCluster(t, "a", ""))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, len(st.names(routeTypeURL)), 0)
+	eq(t, len(st.rcs), 0)
 }

@@ -8,14 +8,20 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
+// namedTypes are the types subscribed to by name, in the order a stream
+// sends their subscriptions: the assignments and the route tables the
+// clusters name.
+var namedTypes = []string{endpointTypeURL, routeTypeURL}
+
 // sotwStream speaks the state-of-the-world protocol: every request
 // restates its subscription and the last version accepted.
 type sotwStream struct {
 	c      *Client
 	str    discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	nonces map[string]string // last nonce received, by type URL
-	// edsSent is the EDS subscription this stream last sent (nil: none).
-	edsSent []string
+	// sent is the subscription this stream last sent, by type URL (absent:
+	// none).
+	sent map[string][]string
 }
 
 func (s *sotwStream) subscribe() error {
@@ -27,7 +33,7 @@ func (s *sotwStream) subscribe() error {
 	}); err != nil {
 		return err
 	}
-	return s.syncEDS()
+	return s.syncNames()
 }
 
 func (s *sotwStream) recv() (any, error) { return s.str.Recv() }
@@ -50,11 +56,15 @@ func (s *sotwStream) handle(resp any) (any, string, error) {
 	switch t {
 	case clusterTypeURL:
 		err = s.c.st.applySotwCDS(r.GetResources())
-	case endpointTypeURL:
-		err = s.c.st.applySotwEDS(r.GetResources())
+	case endpointTypeURL, routeTypeURL:
+		if t == endpointTypeURL {
+			err = s.c.st.applySotwEDS(r.GetResources())
+		} else {
+			err = s.c.st.applySotwRDS(r.GetResources())
+		}
 		// Every SotW request restates the subscription.
-		s.edsSent = s.c.st.edsNames()
-		req.ResourceNames = s.edsSent
+		s.sent[t] = s.c.st.names(t)
+		req.ResourceNames = s.sent[t]
 	default:
 		s.c.log.Warn("ads: ignoring a response of a type never asked for", "type", t)
 		return nil, t, nil
@@ -68,28 +78,35 @@ func (s *sotwStream) handle(resp any) (any, string, error) {
 	return req, t, err
 }
 
-func (s *sotwStream) syncEDS() error {
-	names := s.c.st.edsNames()
-	// An empty first EDS request would mean "all assignments".
-	if (s.edsSent == nil && len(names) == 0) || (s.edsSent != nil && slices.Equal(names, s.edsSent)) {
-		return nil
+func (s *sotwStream) syncNames() error {
+	for _, t := range namedTypes {
+		names := s.c.st.names(t)
+		sent, started := s.sent[t]
+		// An empty first request would mean "all of them".
+		if (!started && len(names) == 0) || (started && slices.Equal(names, sent)) {
+			continue
+		}
+		s.sent[t] = names
+		if err := s.send(&discoveryv3.DiscoveryRequest{
+			TypeUrl:       t,
+			ResourceNames: names,
+			VersionInfo:   s.c.st.versions[t],
+			ResponseNonce: s.nonces[t],
+		}); err != nil {
+			return err
+		}
 	}
-	s.edsSent = names
-	return s.send(&discoveryv3.DiscoveryRequest{
-		TypeUrl:       endpointTypeURL,
-		ResourceNames: names,
-		VersionInfo:   s.c.st.versions[endpointTypeURL],
-		ResponseNonce: s.nonces[endpointTypeURL],
-	})
+	return nil
 }
 
 // deltaStream speaks the incremental protocol: subscriptions change by
 // difference, and a new stream tells the server what it already has.
 type deltaStream struct {
-	c          *Client
-	str        discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	subscribed map[string]bool // EDS names subscribed on this stream
-	edsStarted bool
+	c   *Client
+	str discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	// subscribed holds the names subscribed on this stream, by type URL
+	// (absent: nothing asked for yet).
+	subscribed map[string]map[string]bool
 }
 
 func (d *deltaStream) subscribe() error {
@@ -103,7 +120,7 @@ func (d *deltaStream) subscribe() error {
 	}); err != nil {
 		return err
 	}
-	return d.syncEDS()
+	return d.syncNames()
 }
 
 func (d *deltaStream) recv() (any, error) { return d.str.Recv() }
@@ -130,6 +147,8 @@ func (d *deltaStream) handle(resp any) (any, string, error) {
 		err = d.c.st.applyDeltaCDS(resources, r.GetRemovedResources())
 	case endpointTypeURL:
 		err = d.c.st.applyDeltaEDS(resources, r.GetRemovedResources())
+	case routeTypeURL:
+		err = d.c.st.applyDeltaRDS(resources, r.GetRemovedResources())
 	default:
 		d.c.log.Warn("ads: ignoring a delta response of a type never asked for", "type", t)
 		return nil, t, nil
@@ -141,42 +160,49 @@ func (d *deltaStream) handle(resp any) (any, string, error) {
 	return req, t, err
 }
 
-func (d *deltaStream) syncEDS() error {
-	want := d.c.st.edsNames()
-	var add, remove []string
-	for _, n := range want {
-		if !d.subscribed[n] {
-			add = append(add, n)
-		}
-	}
-	for _, n := range slices.Sorted(maps.Keys(d.subscribed)) {
-		if !slices.Contains(want, n) {
-			remove = append(remove, n)
-		}
-	}
-	// An empty first subscription would mean "all assignments".
-	if len(add) == 0 && len(remove) == 0 {
-		return nil
-	}
-	req := &discoveryv3.DeltaDiscoveryRequest{
-		TypeUrl:                  endpointTypeURL,
-		ResourceNamesSubscribe:   add,
-		ResourceNamesUnsubscribe: remove,
-	}
-	if !d.edsStarted {
-		d.edsStarted = true
-		req.InitialResourceVersions = map[string]string{}
-		for _, n := range add {
-			if e, ok := d.c.st.clas[n]; ok && e.version != "" {
-				req.InitialResourceVersions[n] = e.version
+func (d *deltaStream) syncNames() error {
+	for _, t := range namedTypes {
+		want := d.c.st.names(t)
+		subscribed, started := d.subscribed[t]
+		var add, remove []string
+		for _, n := range want {
+			if !subscribed[n] {
+				add = append(add, n)
 			}
 		}
+		for _, n := range slices.Sorted(maps.Keys(subscribed)) {
+			if !slices.Contains(want, n) {
+				remove = append(remove, n)
+			}
+		}
+		// An empty first subscription would mean "all of them".
+		if len(add) == 0 && len(remove) == 0 {
+			continue
+		}
+		req := &discoveryv3.DeltaDiscoveryRequest{
+			TypeUrl:                  t,
+			ResourceNamesSubscribe:   add,
+			ResourceNamesUnsubscribe: remove,
+		}
+		if !started {
+			subscribed = map[string]bool{}
+			d.subscribed[t] = subscribed
+			req.InitialResourceVersions = map[string]string{}
+			for _, n := range add {
+				if v := d.c.st.version(t, n); v != "" {
+					req.InitialResourceVersions[n] = v
+				}
+			}
+		}
+		for _, n := range add {
+			subscribed[n] = true
+		}
+		for _, n := range remove {
+			delete(subscribed, n)
+		}
+		if err := d.send(req); err != nil {
+			return err
+		}
 	}
-	for _, n := range add {
-		d.subscribed[n] = true
-	}
-	for _, n := range remove {
-		delete(d.subscribed, n)
-	}
-	return d.send(req)
+	return nil
 }

@@ -29,6 +29,14 @@ const (
 	// original destinations the sidecar routes to the cluster.
 	AddressesField = "addresses"
 
+	// RouteConfigField is the string in a cluster's
+	// filter_metadata["meshlet.io"] naming the RouteConfiguration (RDS,
+	// over the same ADS stream) that routes requests to the cluster's
+	// Service port: set when Gateway API routes attach to it. The sidecar
+	// subscribes to exactly the names its clusters carry, as Envoy
+	// subscribes to the route_config_name of its listeners.
+	RouteConfigField = "route_config"
+
 	// MeshedField is the bool in an LbEndpoint's
 	// filter_metadata["meshlet.io"] saying that the endpoint's pod runs a
 	// meshlet sidecar, so it is reached with mTLS.
