@@ -18,9 +18,9 @@ var (
 	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
 		"detection_timeout", "tcp_idle_timeout", "stream_idle_timeout", "request_headers_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls"}
 	peerAuthKeys = []string{"mode", "principals", "namespaces", "trust_domains"}
-	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy"}
+	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy", "route_config"}
 	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
-	httpOnlyRouteKeys = []string{"timeout", "retry_policy"}
+	httpOnlyRouteKeys = []string{"timeout", "retry_policy", "route_config"}
 )
 
 // decodeListeners reads the listeners list of the static file.
@@ -142,7 +142,9 @@ func decodeListenerHTTPOptions(p path, raw json.RawMessage, protocol config.Prot
 
 // decodeRoute reads one route: timeout config.DefaultRouteTimeout unless
 // set ("0s" disables it), retry_policy an Envoy v3 RetryPolicy or
-// DefaultRetryPolicy.
+// DefaultRetryPolicy, route_config an Envoy v3 RouteConfiguration whose
+// rules then route its HTTP requests (TranslateRouteConfiguration; its
+// clusters need not exist: a request for a missing one gets NC).
 func decodeRoute(p path, raw json.RawMessage, protocol config.Protocol) (config.Route, error) {
 	r := config.Route{Timeout: config.DefaultRouteTimeout}
 	o, err := decodeObject(p, raw, routeKeys...)
@@ -195,6 +197,21 @@ func decodeRoute(p path, raw json.RawMessage, protocol config.Protocol) (config.
 		}
 		if r.Retry, err = translateRetryPolicy(rp, &policy); err != nil {
 			return r, err
+		}
+	}
+	if o.has("route_config") {
+		rp := p.field("route_config")
+		var rc routev3.RouteConfiguration
+		if err := unmarshalProto(rp, o.raw("route_config"), &rc); err != nil {
+			return r, err
+		}
+		rules, err := translateRouteConfiguration(&rc)
+		if err != nil {
+			return r, rp.wrap(err)
+		}
+		r.RouteConfig, r.Rules = rc.GetName(), rules
+		if r.RouteConfig == "" {
+			r.RouteConfig = r.Name
 		}
 	}
 	return r, nil

@@ -23,6 +23,32 @@ const staticCluster = `clusters:
             - endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 8080}}}
 `
 
+// TestParseStaticRouteConfig: a static route may carry an Envoy
+// RouteConfiguration, whose rules then route its HTTP requests.
+func TestParseStaticRouteConfig(t *testing.T) {
+	cfg, err := ParseStatic([]byte(staticCluster + `listeners:
+  - address: 127.0.0.1:15001
+    routes:
+      - name: echo
+        cluster: echo
+        route_config:
+          virtual_hosts:
+            - name: echo
+              domains: ["*"]
+              routes:
+                - match: {path_separated_prefix: /v2}
+                  route: {weighted_clusters: {clusters: [{name: echo, weight: 9}, {name: echo-v2, weight: 1}]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Listeners[0].Routes[0]
+	eq(t, r.RouteConfig, "echo")
+	if len(r.Rules) != 1 || len(r.Rules[0].Backends) != 2 || r.Rules[0].Backends[1].Cluster != "echo-v2" || r.Rules[0].Match.Path != "/v2" {
+		t.Fatalf("rules %+v", r.Rules)
+	}
+}
+
 func TestParseStaticDefaults(t *testing.T) {
 	cfg, err := ParseStatic([]byte(staticCluster + `listeners:
   - address: 127.0.0.1:15001
@@ -205,6 +231,12 @@ func TestParseStaticErrors(t *testing.T) {
 			[]string{`clusters[1] (cluster "b"): typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].explicit_http_config.http3: unknown field`}},
 		{"bad enum in a list element", staticCluster + "  - name: b\n    health_checks: [{timeout: 1s}, {http_health_check: {codec_client_type: HTTP9}}]\n",
 			[]string{`clusters[1] (cluster "b"): health_checks[1].http_health_check.codec_client_type: invalid value for enum`}},
+		{"unknown route_config field", staticCluster + l + "    routes: [{cluster: echo, route_config: {virtual_hosts: [{domains: ['*'], rutes: []}]}}]\n",
+			[]string{"listeners[0].routes[0].route_config.virtual_hosts[0].rutes: unknown field"}},
+		{"route_config meshlet refuses", staticCluster + l + "    routes: [{cluster: echo, route_config: {virtual_hosts: [{name: v, domains: ['*'], routes: [{match: {prefix: /}, route: {cluster: echo, cluster_header: x}}]}]}}]\n",
+			[]string{"listeners[0].routes[0].route_config.virtual_hosts[0].routes[0].route"}},
+		{"route_config on tcp", staticCluster + "listeners:\n  - address: 127.0.0.1:15001\n    protocol: tcp\n    routes: [{cluster: echo, route_config: {}}]\n",
+			[]string{"listeners[0].routes[0].route_config: HTTP only"}},
 		{"bad scalar in a list", staticCluster + l + "    routes: [{cluster: echo, retry_policy: {retriable_status_codes: [503, x]}}]\n",
 			[]string{"listeners[0].routes[0].retry_policy.retriable_status_codes[1]: invalid value"}},
 		{"bad Envoy duration", staticCluster + "  - name: b\n    connect_timeout: 100ms\n", []string{`clusters[1] (cluster "b"): connect_timeout:`, `"0.1s"`}},
