@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/meshlet-dev/meshlet/discovery/xds"
 	"github.com/meshlet-dev/meshlet/mtls"
@@ -83,7 +84,11 @@ type Options struct {
 	// are refused, and with failurePolicy Fail an admission fails during
 	// every rollout. 0 stops at once.
 	ShutdownDelay time.Duration
-	Logger        *slog.Logger
+	// Gateway is the Gateway API client xDS watches HTTPRoutes with (and
+	// writes their status through); nil watches none, and a cluster
+	// without the CRDs serves no routes.
+	Gateway gatewayclient.Interface
+	Logger  *slog.Logger
 }
 
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
@@ -289,7 +294,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer g.Stop()
 	go xdsSrv.Run(ctx)
 	go func() {
-		if err := xds.RunInformers(ctx, s.client, xdsSrv, 0); err != nil {
+		if err := xds.RunInformersWithRoutes(ctx, s.client, s.opts.Gateway, xdsSrv, 0); err != nil {
 			s.log.Error("discovery informers stopped", "err", err)
 		}
 	}()

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/injector"
@@ -254,6 +255,9 @@ func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) e
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if opts.Gateway, err = gatewayclient.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("serve: gateway api client: %w", err)
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -32,12 +32,13 @@ type sources struct {
 	slices   cache.Indexer // with sliceServiceIndex
 	nodes    corelisters.NodeLister
 	pods     corelisters.PodLister
+	routes   cache.Indexer // HTTPRoutes, with routeIndexers
 }
 
 // ownStores are the stores a server without informers is fed through
 // (UpsertService and the like): the same indexers an informer keeps.
 type ownStores struct {
-	services, slices, nodes, pods cache.Indexer
+	services, slices, nodes, pods, routes cache.Indexer
 }
 
 func newOwnStores() ownStores {
@@ -48,12 +49,14 @@ func newOwnStores() ownStores {
 			sliceServiceIndex: sliceServiceIndexFunc}),
 		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		pods:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns),
+
+		routes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
 	}
 }
 
 func (o ownStores) sources() sources {
 	return sources{services: corelisters.NewServiceLister(o.services), slices: o.slices,
-		nodes: corelisters.NewNodeLister(o.nodes), pods: corelisters.NewPodLister(o.pods)}
+		nodes: corelisters.NewNodeLister(o.nodes), pods: corelisters.NewPodLister(o.pods), routes: o.routes}
 }
 
 // useSources makes the server read src (RunInformers' listers) instead of
@@ -140,10 +143,12 @@ func (s *Server) DeletePod(key types.NamespacedName) {
 	s.podChanged(remove[*corev1.Pod](s.own.pods, key.String()), nil)
 }
 
-// serviceChanged marks a Service for translation.
+// serviceChanged marks a Service for translation, and the routes it is
+// a parent or backend of.
 func (s *Server) serviceChanged(key types.NamespacedName) {
 	s.mu.Lock()
 	s.dirty[key] = true
+	s.routeSvcDirty[key] = true
 	s.mu.Unlock()
 	s.changed()
 }

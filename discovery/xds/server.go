@@ -103,7 +103,10 @@ type Stats struct {
 // the sidecar's locality, and its local cluster; the snapshot is chosen
 // under the model lock and set after it is released, so a slow publish
 // or many sidecars never hold up the model. Sidecars with the same
-// locality and Service share one snapshot. It serves the state-of-the-world
+// locality and Service (and namespace, when it has consumer routes) share
+// one snapshot, which carries the RouteConfigurations of the HTTPRoutes
+// attached to Services (UpsertHTTPRoute, or RunInformersWithRoutes' informer)
+// beside the clusters. It serves the state-of-the-world
 // and delta ADS through go-control-plane's snapshot cache.
 type Server struct {
 	opts  Options
@@ -131,6 +134,14 @@ type Server struct {
 	gen             *generation
 	proxies         map[string]*proxyState
 	stats           Stats
+
+	// routeDirty are parent Services whose routes changed, routeSvcDirty
+	// Services that changed (as parents or backends); routeResults the
+	// parents' RouteConfigurations; consumerNS the client namespaces
+	// with consumer routes, which get groups of their own.
+	routeDirty, routeSvcDirty map[types.NamespacedName]bool
+	routeResults              map[types.NamespacedName]*parentRoutes
+	consumerNS                map[string]bool
 
 	smu     sync.Mutex // guards streams
 	streams map[int64]*streamState
@@ -187,6 +198,9 @@ func NewServer(opts Options) *Server {
 		gen:     newGeneration(nil),
 		proxies: map[string]*proxyState{},
 		streams: map[int64]*streamState{},
+
+		routeDirty: map[types.NamespacedName]bool{}, routeSvcDirty: map[types.NamespacedName]bool{},
+		routeResults: map[types.NamespacedName]*parentRoutes{}, consumerNS: map[string]bool{},
 	}
 	s.src = s.own.sources()
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -372,6 +386,8 @@ func (s *Server) rebuild() {
 	s.dirty, s.allDirty = map[types.NamespacedName]bool{}, false
 	if len(dirty) > 0 {
 		s.translateLocked(dirty)
+	}
+	if routed := s.translateRoutesLocked(); len(dirty) > 0 || routed {
 		s.gen = newGeneration(s.gen)
 	}
 	s.synced = true
@@ -481,8 +497,9 @@ func (s *Server) syncProxy(nodeID string) error {
 		s.mu.Unlock()
 		return nil
 	}
-	key := groupKey{locality: s.localityLocked(nodeID, p), local: p.info.LocalService}
-	g := s.gen.buildGroup(key, s.results)
+	key := groupKey{locality: s.localityLocked(nodeID, p), local: p.info.LocalService,
+		consumerNS: s.consumerNamespaceLocked(nodeID, p)}
+	g := s.gen.buildGroup(key, s.results, s.routeResults)
 	if p.published == g.version {
 		s.mu.Unlock()
 		return nil

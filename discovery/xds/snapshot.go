@@ -9,11 +9,13 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
@@ -43,7 +45,38 @@ type translatedService struct {
 	clusters []ServiceCluster
 	cds      []hashed // per cluster
 	eds      []hashed // per cluster, before AssignFailover
-	err      error
+	// routed are the clusters naming their RouteConfiguration, made when
+	// a group first needs one (guarded by the server's model lock).
+	routed []hashed
+	err    error
+}
+
+// routedCluster is the i-th cluster with filter_metadata["meshlet.io"]
+// naming its RouteConfiguration, which is named as the cluster.
+func (t *translatedService) routedCluster(i int) hashed {
+	if t.routed == nil {
+		t.routed = make([]hashed, len(t.clusters))
+	}
+	if t.routed[i].name == "" {
+		c := proto.Clone(t.clusters[i].Cluster).(*clusterv3.Cluster)
+		if c.Metadata == nil {
+			c.Metadata = &corev3.Metadata{}
+		}
+		if c.Metadata.FilterMetadata == nil {
+			c.Metadata.FilterMetadata = map[string]*structpb.Struct{}
+		}
+		md := c.Metadata.FilterMetadata[meshmeta.MetadataNamespace]
+		if md == nil {
+			md = &structpb.Struct{}
+			c.Metadata.FilterMetadata[meshmeta.MetadataNamespace] = md
+		}
+		if md.Fields == nil {
+			md.Fields = map[string]*structpb.Value{}
+		}
+		md.Fields[meshmeta.RouteConfigField] = structpb.NewStringValue(c.GetName())
+		t.routed[i] = hashResource(c.GetName(), c)
+	}
+	return t.routed[i]
 }
 
 func newTranslatedService(scs []ServiceCluster, err error) *translatedService {
@@ -56,16 +89,18 @@ func newTranslatedService(scs []ServiceCluster, err error) *translatedService {
 }
 
 // groupKey is what makes two sidecars' snapshots differ: the locality
-// failover priorities are computed for, and the local cluster.
+// failover priorities are computed for, the local cluster, and the
+// client namespace when it has consumer routes (else "").
 type groupKey struct {
-	locality lb.Locality
-	local    k8stypes.NamespacedName
+	locality   lb.Locality
+	local      k8stypes.NamespacedName
+	consumerNS string
 }
 
 // groupSnapshot is the snapshot every sidecar of a group gets.
 type groupSnapshot struct {
 	snap    *cachev3.Snapshot
-	version string // cluster and endpoint versions together
+	version string // cluster, endpoint and route versions together
 }
 
 // failoverKey identifies an AssignFailover result: the assignment (by
@@ -122,19 +157,27 @@ func (g *generation) assigned(t *translatedService, i int, locality lb.Locality)
 	return h
 }
 
-// buildGroup builds the snapshot of a group from the translated services.
-func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedName]*translatedService) *groupSnapshot {
+// buildGroup builds the snapshot of a group from the translated services
+// and the RouteConfigurations of the routes attached to them: a cluster
+// with routes for the group's clients names its RouteConfiguration.
+func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedName]*translatedService,
+	routes map[k8stypes.NamespacedName]*parentRoutes) *groupSnapshot {
 	if gs, ok := g.groups[key]; ok {
 		return gs
 	}
-	var cds, eds []hashed
+	var cds, eds, rds []hashed
 	for _, name := range slices.SortedFunc(maps.Keys(services), compareNames) {
 		t := services[name]
 		if t.err != nil {
 			continue
 		}
+		rcs := routes[name].forNamespace(key.consumerNS)
 		for i, sc := range t.clusters {
-			cds = append(cds, t.cds[i])
+			if rc, ok := rcs[sc.Cluster.GetName()]; ok {
+				cds, rds = append(cds, t.routedCluster(i)), append(rds, rc)
+			} else {
+				cds = append(cds, t.cds[i])
+			}
 			if len(sc.FailoverLabels) == 0 {
 				eds = append(eds, t.eds[i])
 				continue
@@ -145,8 +188,9 @@ func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedNa
 	if lc, ok := g.localCluster(key.local, services); ok {
 		cds, eds = append(cds, lc[0]), append(eds, lc[1])
 	}
-	gs := &groupSnapshot{snap: newSnapshot(cds, eds)}
-	gs.version = gs.snap.GetVersion(resource.ClusterType) + "/" + gs.snap.GetVersion(resource.EndpointType)
+	gs := &groupSnapshot{snap: newSnapshot(cds, eds, rds)}
+	gs.version = gs.snap.GetVersion(resource.ClusterType) + "/" + gs.snap.GetVersion(resource.EndpointType) +
+		"/" + gs.snap.GetVersion(resource.RouteType)
 	g.groups[key] = gs
 	return gs
 }
@@ -184,13 +228,13 @@ func (g *generation) localCluster(svc k8stypes.NamespacedName, services map[k8st
 // version (no push) and a restarted control plane gives the same
 // versions for the same content (a resyncing sidecar gets no spurious
 // update).
-func newSnapshot(cds, eds []hashed) *cachev3.Snapshot {
+func newSnapshot(cds, eds, rds []hashed) *cachev3.Snapshot {
 	snap := &cachev3.Snapshot{VersionMap: map[string]map[string]string{}}
 	for _, part := range []struct {
 		typ   types.ResponseType
 		url   string
 		items []hashed
-	}{{types.Cluster, resource.ClusterType, cds}, {types.Endpoint, resource.EndpointType, eds}} {
+	}{{types.Cluster, resource.ClusterType, cds}, {types.Endpoint, resource.EndpointType, eds}, {types.Route, resource.RouteType, rds}} {
 		h := xxhash.New()
 		versions := make(map[string]string, len(part.items))
 		items := make([]types.Resource, 0, len(part.items))

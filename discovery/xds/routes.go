@@ -1,0 +1,812 @@
+package xds
+
+import (
+	"cmp"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
+	"github.com/meshlet-dev/meshlet/lb/retry"
+)
+
+// MeshControllerName is the controllerName of the entries meshlet writes
+// in an HTTPRoute's status.parents, one per Service parentRef.
+const MeshControllerName gatewayv1.GatewayController = "meshlet.io/mesh"
+
+// invalidBackendPrefix names the clusters that stand for invalid
+// backends in a weighted split. No cluster has such a name, so the share
+// of requests Gateway API sends to an invalid backend meets
+// cluster_not_found_response_code, set to INTERNAL_SERVER_ERROR: the 500
+// the spec asks for, for exactly that share.
+const invalidBackendPrefix = "meshlet|invalid-backend|"
+
+// serviceLookup returns a Service of the listers, nil when there is none.
+type serviceLookup func(types.NamespacedName) *corev1.Service
+
+// isServiceParent says whether a parentRef names a Service (core group),
+// the only parents a mesh (GAMMA) implementation attaches routes to. An
+// unset group is Gateway API's default, gateway.networking.k8s.io.
+func isServiceParent(ref gatewayv1.ParentReference) bool {
+	return ref.Group != nil && *ref.Group == "" && ref.Kind != nil && *ref.Kind == "Service"
+}
+
+// parentService is the Service a parentRef of a route in routeNS names.
+func parentService(routeNS string, ref gatewayv1.ParentReference) types.NamespacedName {
+	ns := routeNS
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	return types.NamespacedName{Namespace: ns, Name: string(ref.Name)}
+}
+
+// parentResult is how a Service parentRef attaches: to the ports listed,
+// or (no ports) not at all, for reason.
+type parentResult struct {
+	svc     types.NamespacedName
+	ports   []corev1.ServicePort
+	reason  gatewayv1.RouteConditionReason
+	message string
+}
+
+// resolveParent finds the Service ports a parentRef attaches to: its
+// port (the Service port's number) and sectionName (the port's name),
+// when set, must both match; unset, every TCP port. GEP-1294 leaves
+// headless and ExternalName Services out as parents: the sidecar routes
+// by the cluster IP a request is sent to, which they have none of.
+func resolveParent(routeNS string, ref gatewayv1.ParentReference, lookup serviceLookup) parentResult {
+	pr := parentResult{svc: parentService(routeNS, ref), reason: gatewayv1.RouteReasonNoMatchingParent}
+	svc := lookup(pr.svc)
+	switch {
+	case svc == nil:
+		pr.message = fmt.Sprintf("Service %s not found", pr.svc)
+		return pr
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		pr.message = fmt.Sprintf("Service %s is of type ExternalName: not a mesh parent", pr.svc)
+		return pr
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		pr.message = fmt.Sprintf("Service %s is headless: no cluster IP to route by", pr.svc)
+		return pr
+	}
+	for _, sp := range svc.Spec.Ports {
+		if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		if (ref.Port != nil && *ref.Port != sp.Port) || (ref.SectionName != nil && string(*ref.SectionName) != sp.Name) {
+			continue
+		}
+		pr.ports = append(pr.ports, sp)
+	}
+	if len(pr.ports) > 0 {
+		pr.reason = ""
+		return pr
+	}
+	var want []string
+	if ref.Port != nil {
+		want = append(want, fmt.Sprintf("port %d", *ref.Port))
+	}
+	if ref.SectionName != nil {
+		want = append(want, fmt.Sprintf("name %q", *ref.SectionName))
+	}
+	if len(want) == 0 {
+		pr.message = fmt.Sprintf("Service %s has no TCP port", pr.svc)
+	} else {
+		pr.message = fmt.Sprintf("Service %s has no TCP port with %s", pr.svc, strings.Join(want, " and "))
+	}
+	return pr
+}
+
+// backendResult is one backendRef, resolved: cluster is "" when the
+// backend is invalid, for reason.
+type backendResult struct {
+	ref      string // <namespace>/<name>
+	cluster  string
+	weight   uint32
+	reason   gatewayv1.RouteConditionReason
+	message  string
+	request  headerOps
+	response headerOps
+}
+
+// ruleResult is one rule of a route, checked: dropped says why meshlet
+// cannot carry it out (the rule is left out), fail500 why it answers 500
+// (an ExtensionRef filter, which the spec says must not be skipped).
+type ruleResult struct {
+	dropped  string
+	fail500  string
+	backends []backendResult
+	request  headerOps
+	response headerOps
+	redirect *gatewayv1.HTTPRequestRedirectFilter
+	rewrite  *gatewayv1.HTTPURLRewriteFilter
+	timeout  time.Duration // 0: none
+	perTry   time.Duration // 0: none
+	backoff  time.Duration // 0: none
+}
+
+// headerOps are a header modifier filter's set, add and remove.
+type headerOps struct {
+	add    []*corev3.HeaderValueOption
+	remove []string
+}
+
+func (h headerOps) empty() bool { return len(h.add) == 0 && len(h.remove) == 0 }
+
+// merge appends o's operations to h's.
+func (h headerOps) merge(o headerOps) headerOps {
+	return headerOps{add: append(slices.Clip(h.add), o.add...), remove: append(slices.Clip(h.remove), o.remove...)}
+}
+
+// headerFilter renders a RequestHeaderModifier or ResponseHeaderModifier:
+// set overwrites, add appends (Envoy's append actions of the same
+// meaning). Names are lowercased, as HTTP/2 carries them.
+func headerFilter(f *gatewayv1.HTTPHeaderFilter) headerOps {
+	var h headerOps
+	if f == nil {
+		return h
+	}
+	for _, s := range []struct {
+		headers []gatewayv1.HTTPHeader
+		action  corev3.HeaderValueOption_HeaderAppendAction
+	}{{f.Set, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}, {f.Add, corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD}} {
+		for _, hd := range s.headers {
+			h.add = append(h.add, &corev3.HeaderValueOption{
+				Header:       &corev3.HeaderValue{Key: strings.ToLower(string(hd.Name)), Value: hd.Value},
+				AppendAction: s.action,
+			})
+		}
+	}
+	for _, r := range f.Remove {
+		h.remove = append(h.remove, strings.ToLower(r))
+	}
+	return h
+}
+
+// gatewayDuration matches GEP-2257's duration format, which Go's
+// time.ParseDuration reads once it matches (it also accepts more).
+var gatewayDuration = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)
+
+func parseGatewayDuration(d gatewayv1.Duration) (time.Duration, error) {
+	if !gatewayDuration.MatchString(string(d)) {
+		return 0, fmt.Errorf("duration %q is not in Gateway API's format (GEP-2257: 1h, 30s, 500ms)", d)
+	}
+	return time.ParseDuration(string(d))
+}
+
+// analyzeRules checks every rule of a route and resolves its backends,
+// once for every parent.
+func analyzeRules(route *gatewayv1.HTTPRoute, lookup serviceLookup, domain string) []ruleResult {
+	out := make([]ruleResult, len(route.Spec.Rules))
+	for i := range route.Spec.Rules {
+		out[i] = analyzeRule(route.Namespace, &route.Spec.Rules[i], lookup, domain)
+	}
+	return out
+}
+
+func analyzeRule(ns string, rule *gatewayv1.HTTPRouteRule, lookup serviceLookup, domain string) ruleResult {
+	var rr ruleResult
+	drop := func(format string, args ...any) ruleResult {
+		rr.dropped = fmt.Sprintf(format, args...)
+		return rr
+	}
+	for j, m := range rule.Matches {
+		if _, _, err := routeMatch(m); err != nil {
+			return drop("match %d: %v", j, err)
+		}
+	}
+	for j, f := range rule.Filters {
+		switch f.Type {
+		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			rr.request = rr.request.merge(headerFilter(f.RequestHeaderModifier))
+		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+			rr.response = rr.response.merge(headerFilter(f.ResponseHeaderModifier))
+		case gatewayv1.HTTPRouteFilterRequestRedirect:
+			if f.RequestRedirect == nil {
+				return drop("filter %d: RequestRedirect without requestRedirect", j)
+			}
+			rr.redirect = f.RequestRedirect
+		case gatewayv1.HTTPRouteFilterURLRewrite:
+			if f.URLRewrite == nil {
+				return drop("filter %d: URLRewrite without urlRewrite", j)
+			}
+			rr.rewrite = f.URLRewrite
+		case gatewayv1.HTTPRouteFilterExtensionRef:
+			name := "<unset>"
+			if f.ExtensionRef != nil {
+				name = fmt.Sprintf("%s/%s %s", f.ExtensionRef.Group, f.ExtensionRef.Kind, f.ExtensionRef.Name)
+			}
+			rr.fail500 = fmt.Sprintf("filter %d: extensionRef %s is not supported: requests get 500", j, name)
+		default:
+			return drop("filter %d: type %s is not supported by meshlet", j, f.Type)
+		}
+	}
+	if rr.redirect != nil && rr.rewrite != nil {
+		return drop("RequestRedirect and URLRewrite filters cannot be combined")
+	}
+	if err := checkRedirect(rr.redirect); err != nil {
+		return drop("RequestRedirect: %v", err)
+	}
+	for _, p := range []*gatewayv1.HTTPPathModifier{pathOf(rr.redirect), pathOfRewrite(rr.rewrite)} {
+		if err := checkPathModifier(p, rule.Matches); err != nil {
+			return drop("%v", err)
+		}
+	}
+	if t := rule.Timeouts; t != nil {
+		var err error
+		if t.Request != nil {
+			if rr.timeout, err = parseGatewayDuration(*t.Request); err != nil {
+				return drop("timeouts.request: %v", err)
+			}
+		}
+		if t.BackendRequest != nil {
+			if rr.perTry, err = parseGatewayDuration(*t.BackendRequest); err != nil {
+				return drop("timeouts.backendRequest: %v", err)
+			}
+		}
+	}
+	if r := rule.Retry; r != nil {
+		if r.Backoff != nil {
+			var err error
+			if rr.backoff, err = parseGatewayDuration(*r.Backoff); err != nil {
+				return drop("retry.backoff: %v", err)
+			}
+		}
+		if r.Attempts != nil && *r.Attempts < 0 {
+			return drop("retry.attempts %d is negative", *r.Attempts)
+		}
+		for _, c := range r.Codes {
+			if c < 400 || c > 599 {
+				return drop("retry.codes: %d is not in 400-599", c)
+			}
+		}
+	}
+	for j, b := range rule.BackendRefs {
+		br, err := resolveBackend(ns, b, lookup, domain)
+		if err != nil {
+			return drop("backendRef %d: %v", j, err)
+		}
+		rr.backends = append(rr.backends, br)
+	}
+	return rr
+}
+
+func pathOf(r *gatewayv1.HTTPRequestRedirectFilter) *gatewayv1.HTTPPathModifier {
+	if r == nil {
+		return nil
+	}
+	return r.Path
+}
+
+func pathOfRewrite(r *gatewayv1.HTTPURLRewriteFilter) *gatewayv1.HTTPPathModifier {
+	if r == nil {
+		return nil
+	}
+	return r.Path
+}
+
+// checkRedirect checks the enums the CRD validates, for objects that did
+// not go through it.
+func checkRedirect(r *gatewayv1.HTTPRequestRedirectFilter) error {
+	if r == nil {
+		return nil
+	}
+	if r.Scheme != nil && *r.Scheme != "http" && *r.Scheme != "https" {
+		return fmt.Errorf("scheme %q: want http or https", *r.Scheme)
+	}
+	if r.StatusCode != nil {
+		if _, ok := redirectCodes[*r.StatusCode]; !ok {
+			return fmt.Errorf("statusCode %d: want 301, 302, 303, 307 or 308", *r.StatusCode)
+		}
+	}
+	return nil
+}
+
+var redirectCodes = map[int]routev3.RedirectAction_RedirectResponseCode{
+	301: routev3.RedirectAction_MOVED_PERMANENTLY,
+	302: routev3.RedirectAction_FOUND,
+	303: routev3.RedirectAction_SEE_OTHER,
+	307: routev3.RedirectAction_TEMPORARY_REDIRECT,
+	308: routev3.RedirectAction_PERMANENT_REDIRECT,
+}
+
+// checkPathModifier: ReplacePrefixMatch needs exactly one match, a
+// PathPrefix one (what the CRD's rules say).
+func checkPathModifier(p *gatewayv1.HTTPPathModifier, matches []gatewayv1.HTTPRouteMatch) error {
+	if p == nil {
+		return nil
+	}
+	switch p.Type {
+	case gatewayv1.FullPathHTTPPathModifier:
+		if p.ReplaceFullPath == nil {
+			return fmt.Errorf("path ReplaceFullPath without replaceFullPath")
+		}
+	case gatewayv1.PrefixMatchHTTPPathModifier:
+		if p.ReplacePrefixMatch == nil {
+			return fmt.Errorf("path ReplacePrefixMatch without replacePrefixMatch")
+		}
+		if len(matches) != 1 || pathType(matches[0].Path) != gatewayv1.PathMatchPathPrefix {
+			return fmt.Errorf("path ReplacePrefixMatch needs exactly one PathPrefix match")
+		}
+	default:
+		return fmt.Errorf("path modifier type %q is not supported", p.Type)
+	}
+	return nil
+}
+
+// resolveBackend resolves a backendRef: a Service (core group) port of
+// an existing Service. An invalid backend is not an error (it gets its
+// share of 500s); a filter meshlet cannot put on a weighted cluster is.
+// Cross-namespace backends need no ReferenceGrant for mesh routes
+// (GEP-1294, "Namespace boundaries": a route only reshapes traffic its
+// clients could send to the backend anyway).
+func resolveBackend(routeNS string, b gatewayv1.HTTPBackendRef, lookup serviceLookup, domain string) (backendResult, error) {
+	key := types.NamespacedName{Namespace: routeNS, Name: string(b.Name)}
+	if b.Namespace != nil && *b.Namespace != "" {
+		key.Namespace = string(*b.Namespace)
+	}
+	br := backendResult{ref: key.String(), weight: 1}
+	if b.Weight != nil {
+		if *b.Weight < 0 {
+			return br, fmt.Errorf("weight %d is negative", *b.Weight)
+		}
+		br.weight = uint32(*b.Weight)
+	}
+	for j, f := range b.Filters {
+		switch f.Type {
+		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			br.request = br.request.merge(headerFilter(f.RequestHeaderModifier))
+		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+			br.response = br.response.merge(headerFilter(f.ResponseHeaderModifier))
+		default:
+			return br, fmt.Errorf("filter %d: type %s is not supported on a backendRef by meshlet", j, f.Type)
+		}
+	}
+	group, kind := "", "Service"
+	if b.Group != nil {
+		group = string(*b.Group)
+	}
+	if b.Kind != nil {
+		kind = string(*b.Kind)
+	}
+	if group != "" || kind != "Service" {
+		br.reason = gatewayv1.RouteReasonInvalidKind
+		br.message = fmt.Sprintf("backendRef %s: kind %s in group %q is not supported (want Service in the core group)", key, kind, group)
+		return br, nil
+	}
+	br.reason = gatewayv1.RouteReasonBackendNotFound
+	svc := lookup(key)
+	switch {
+	case b.Port == nil:
+		br.message = fmt.Sprintf("backendRef %s: no port (a Service backend needs one)", key)
+		return br, nil
+	case svc == nil:
+		br.message = fmt.Sprintf("backendRef %s: Service not found", key)
+		return br, nil
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		br.message = fmt.Sprintf("backendRef %s: Service of type ExternalName has no endpoints", key)
+		return br, nil
+	}
+	for _, sp := range svc.Spec.Ports {
+		if sp.Port == *b.Port && (sp.Protocol == "" || sp.Protocol == corev1.ProtocolTCP) {
+			br.cluster, br.reason = ClusterName(ServiceHost(key, domain), sp.Port), ""
+			return br, nil
+		}
+	}
+	br.message = fmt.Sprintf("backendRef %s: Service has no TCP port %d", key, *b.Port)
+	return br, nil
+}
+
+func pathType(p *gatewayv1.HTTPPathMatch) gatewayv1.PathMatchType {
+	if p == nil || p.Type == nil {
+		return gatewayv1.PathMatchPathPrefix
+	}
+	return *p.Type
+}
+
+func pathValue(p *gatewayv1.HTTPPathMatch) string {
+	if p == nil || p.Value == nil {
+		return "/"
+	}
+	return *p.Value
+}
+
+// precedence orders the matches of every rule attached to one parent as
+// Gateway API says (HTTPRouteRule.matches): exact path, then the longest
+// prefix, then a method, then the most header matches, then the most
+// query parameter matches; ties go to the oldest route, then the first
+// by namespace/name, then rule and match order. Regular expressions,
+// whose place the spec leaves to implementations, come between exact
+// paths and prefixes (the longest first), so that a catch-all prefix "/"
+// never hides them.
+type precedence struct {
+	rank             int // 3 exact, 2 regex, 1 prefix
+	length           int
+	method           bool
+	headers, queries int
+	created          time.Time
+	route            string // namespace/name
+	rule, match      int
+}
+
+func comparePrecedence(a, b precedence) int {
+	return cmp.Or(
+		-cmp.Compare(a.rank, b.rank),
+		-cmp.Compare(a.length, b.length),
+		-compareBool(a.method, b.method),
+		-cmp.Compare(a.headers, b.headers),
+		-cmp.Compare(a.queries, b.queries),
+		a.created.Compare(b.created),
+		cmp.Compare(a.route, b.route),
+		cmp.Compare(a.rule, b.rule),
+		cmp.Compare(a.match, b.match),
+	)
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// routeMatch renders one HTTPRouteMatch, with the parts of its
+// precedence it decides. Header names are case-insensitive in Gateway API
+// and query parameter names are not: of several entries with one name,
+// only the first counts, as the spec says.
+func routeMatch(m gatewayv1.HTTPRouteMatch) (*routev3.RouteMatch, precedence, error) {
+	var p precedence
+	rm := &routev3.RouteMatch{}
+	v := pathValue(m.Path)
+	switch t := pathType(m.Path); t {
+	case gatewayv1.PathMatchExact:
+		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: v}
+		p.rank, p.length = 3, len(v)
+	case gatewayv1.PathMatchPathPrefix:
+		// A trailing "/" is ignored; what is left matches whole
+		// segments, as Envoy's path_separated_prefix does.
+		v = strings.TrimSuffix(v, "/")
+		if v == "" {
+			rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: "/"}
+			p.rank, p.length = 1, 1
+		} else {
+			rm.PathSpecifier = &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: v}
+			p.rank, p.length = 1, len(v)
+		}
+	case gatewayv1.PathMatchRegularExpression:
+		re, err := regexMatcher(v)
+		if err != nil {
+			return nil, p, fmt.Errorf("path: %w", err)
+		}
+		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: re}
+		p.rank, p.length = 2, len(v)
+	default:
+		return nil, p, fmt.Errorf("path type %q is not supported", t)
+	}
+	seen := map[string]bool{}
+	for _, h := range m.Headers {
+		name := strings.ToLower(string(h.Name))
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		sm, err := stringMatcher(h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact,
+			h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression, h.Value)
+		if err != nil {
+			return nil, p, fmt.Errorf("header %s: %w", h.Name, err)
+		}
+		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: name,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: sm}})
+	}
+	p.headers = len(rm.Headers)
+	if m.Method != nil {
+		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: ":method",
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: string(*m.Method)}}}})
+		p.method = true
+	}
+	seenQ := map[string]bool{}
+	for _, q := range m.QueryParams {
+		if seenQ[string(q.Name)] {
+			continue
+		}
+		seenQ[string(q.Name)] = true
+		sm, err := stringMatcher(q.Type == nil || *q.Type == gatewayv1.QueryParamMatchExact,
+			q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression, q.Value)
+		if err != nil {
+			return nil, p, fmt.Errorf("query parameter %s: %w", q.Name, err)
+		}
+		rm.QueryParameters = append(rm.QueryParameters, &routev3.QueryParameterMatcher{Name: string(q.Name),
+			QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})
+	}
+	p.queries = len(rm.QueryParameters)
+	return rm, p, nil
+}
+
+// stringMatcher renders an exact or regular-expression value match; any
+// other type is unsupported.
+func stringMatcher(exact, regex bool, v string) (*matcherv3.StringMatcher, error) {
+	switch {
+	case exact:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v}}, nil
+	case regex:
+		re, err := regexMatcher(v)
+		if err != nil {
+			return nil, err
+		}
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: re}}, nil
+	}
+	return nil, fmt.Errorf("match type not supported (want Exact or RegularExpression)")
+}
+
+// regexMatcher renders an RE2 expression (Go's regexp is RE2 too, so
+// what compiles here compiles in the sidecar). The engine is left unset:
+// Envoy's default is google_re2, and setting it is deprecated.
+func regexMatcher(re string) (*matcherv3.RegexMatcher, error) {
+	if _, err := regexp.Compile(re); err != nil {
+		return nil, fmt.Errorf("regular expression %q: %v", re, err)
+	}
+	return &matcherv3.RegexMatcher{Regex: re}, nil
+}
+
+// parentPort is what one Service port, as a parent, gives the routes
+// attached to it: the name of its cluster (and RouteConfiguration), its
+// number (a redirect's default port) and the retry policy its
+// annotations give the cluster.
+type parentPort struct {
+	cluster string
+	port    int32
+	retry   *routev3.RetryPolicy
+}
+
+// newParentPort reads a translated Service port.
+func newParentPort(sc ServiceCluster) parentPort {
+	pp := parentPort{cluster: sc.Cluster.GetName(), port: sc.Port,
+		retry: &routev3.RetryPolicy{RetryOn: retry.DefaultOn.String(), NumRetries: wrapperspb.UInt32(1)}}
+	if a := sc.Cluster.GetMetadata().GetTypedFilterMetadata()[meshmeta.RouteMetadataKey]; a != nil {
+		var ra routev3.RouteAction
+		if a.UnmarshalTo(&ra) == nil && ra.GetRetryPolicy() != nil {
+			pp.retry = ra.GetRetryPolicy()
+		}
+	}
+	return pp
+}
+
+// attachedRoute is a route attached to a parent port, with its checked
+// rules.
+type attachedRoute struct {
+	route *gatewayv1.HTTPRoute
+	rules []ruleResult
+}
+
+// buildRouteConfiguration renders the routes attached to one parent port
+// into its RouteConfiguration: one virtual host for every domain (the
+// sidecar chose the parent by the request's destination address) whose
+// routes are every match of every carried rule, in precedence order.
+func buildRouteConfiguration(pp parentPort, routes []attachedRoute) *routev3.RouteConfiguration {
+	type entry struct {
+		p precedence
+		r *routev3.Route
+	}
+	var entries []entry
+	for _, ar := range routes {
+		key := ar.route.Namespace + "/" + ar.route.Name
+		for i := range ar.route.Spec.Rules {
+			rule, rr := &ar.route.Spec.Rules[i], ar.rules[i]
+			if rr.dropped != "" {
+				continue
+			}
+			name := fmt.Sprintf("%s/%d", key, i)
+			if rule.Name != nil && *rule.Name != "" {
+				name += "/" + string(*rule.Name)
+			}
+			matches := rule.Matches
+			if len(matches) == 0 {
+				matches = []gatewayv1.HTTPRouteMatch{{}} // prefix "/"
+			}
+			for j, m := range matches {
+				rm, p, err := routeMatch(m)
+				if err != nil {
+					continue // analyzeRule dropped such rules
+				}
+				p.created, p.route, p.rule, p.match = ar.route.CreationTimestamp.Time, key, i, j
+				r := &routev3.Route{Name: name, Match: rm}
+				setAction(r, pp, rule, rr, m)
+				entries = append(entries, entry{p, r})
+			}
+		}
+	}
+	slices.SortStableFunc(entries, func(a, b entry) int { return comparePrecedence(a.p, b.p) })
+	vh := &routev3.VirtualHost{Name: pp.cluster, Domains: []string{"*"}}
+	for _, e := range entries {
+		vh.Routes = append(vh.Routes, e.r)
+	}
+	return &routev3.RouteConfiguration{Name: pp.cluster, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// setAction fills a route's action and its rule-level header changes.
+func setAction(r *routev3.Route, pp parentPort, rule *gatewayv1.HTTPRouteRule, rr ruleResult, m gatewayv1.HTTPRouteMatch) {
+	r.RequestHeadersToAdd, r.RequestHeadersToRemove = rr.request.add, rr.request.remove
+	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = rr.response.add, rr.response.remove
+	if rr.fail500 == "" && rr.redirect != nil {
+		r.Action = &routev3.Route_Redirect{Redirect: redirectAction(rr.redirect, pp.port, m)}
+		return
+	}
+	var valid, invalid uint32
+	for _, b := range rr.backends {
+		if b.cluster == "" {
+			invalid += b.weight
+		} else {
+			valid += b.weight
+		}
+	}
+	// Every backend invalid, all weights 0, no backend at all, or a
+	// filter that cannot be skipped: nothing to forward to.
+	if rr.fail500 != "" || valid == 0 {
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 500}}
+		return
+	}
+	ra := &routev3.RouteAction{Timeout: durationpb.New(rr.timeout), RetryPolicy: retryPolicy(pp, rule.Retry, rr)}
+	var weighted []*routev3.WeightedCluster_ClusterWeight
+	single := ""
+	for _, b := range rr.backends {
+		if b.weight == 0 {
+			continue // carries no traffic
+		}
+		name := b.cluster
+		if name == "" {
+			name = invalidBackendPrefix + b.ref
+		}
+		single = name
+		weighted = append(weighted, &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(b.weight),
+			RequestHeadersToAdd: b.request.add, RequestHeadersToRemove: b.request.remove,
+			ResponseHeadersToAdd: b.response.add, ResponseHeadersToRemove: b.response.remove})
+	}
+	if len(weighted) == 1 && invalid == 0 && backendHeadersEmpty(rr.backends) {
+		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: single}
+	} else {
+		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}
+	}
+	if invalid > 0 {
+		ra.ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
+	}
+	if rw := rr.rewrite; rw != nil {
+		if rw.Hostname != nil {
+			ra.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: string(*rw.Hostname)}
+		}
+		if p := rw.Path; p != nil {
+			switch p.Type {
+			case gatewayv1.FullPathHTTPPathModifier:
+				// The whole path (Envoy's regex_rewrite leaves the
+				// query string alone) becomes the literal; a backslash
+				// is the substitution's escape character.
+				ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: "^/.*$"},
+					Substitution: strings.ReplaceAll(*p.ReplaceFullPath, `\`, `\\`)}
+			case gatewayv1.PrefixMatchHTTPPathModifier:
+				prefixRewrite(ra, *p.ReplacePrefixMatch, m)
+			}
+		}
+	}
+	r.Action = &routev3.Route_Route{Route: ra}
+}
+
+func backendHeadersEmpty(bs []backendResult) bool {
+	for _, b := range bs {
+		if b.weight > 0 && (!b.request.empty() || !b.response.empty()) {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixRewrite replaces the matched PathPrefix with repl as Gateway
+// API's table says (HTTPPathModifier.replacePrefixMatch): both are whole
+// segments, trailing slashes ignored. Envoy's prefix_rewrite replaces
+// the matched characters, which gives the table's result when neither
+// ends in "/"; a replacement of "/" or "" must turn "/foo", "/foo/" and
+// "/foo/bar" into "/", "/" and "/bar", which one prefix cannot, so it is
+// a regex_rewrite of the prefix and any slashes after it into "/".
+func prefixRewrite(ra *routev3.RouteAction, repl string, m gatewayv1.HTTPRouteMatch) {
+	prefix := strings.TrimSuffix(pathValue(m.Path), "/")
+	repl = strings.TrimRight(repl, "/")
+	switch {
+	case prefix == "":
+		// Matched by prefix "/": the replacement goes before the
+		// request's first segment.
+		ra.PrefixRewrite = repl + "/"
+	case repl == "":
+		ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{
+			Pattern: &matcherv3.RegexMatcher{Regex: "^" + regexp.QuoteMeta(prefix) + "/*"}, Substitution: "/"}
+	default:
+		ra.PrefixRewrite = repl
+	}
+}
+
+// redirectAction renders a RequestRedirect. Its port, when unset, is the
+// well-known port of the scheme it sets, else the parent's port (a
+// Gateway's listener port, for a mesh the Service port the request was
+// sent to), as the spec says; the sidecar leaves the port out of
+// Location when it is the scheme's own.
+func redirectAction(f *gatewayv1.HTTPRequestRedirectFilter, parentPort int32, m gatewayv1.HTTPRouteMatch) *routev3.RedirectAction {
+	ra := &routev3.RedirectAction{ResponseCode: routev3.RedirectAction_FOUND} // the CRD's default, 302
+	if f.StatusCode != nil {
+		ra.ResponseCode = redirectCodes[*f.StatusCode]
+	}
+	port := uint32(parentPort)
+	if f.Scheme != nil {
+		ra.SchemeRewriteSpecifier = &routev3.RedirectAction_SchemeRedirect{SchemeRedirect: *f.Scheme}
+		port = 80
+		if *f.Scheme == "https" {
+			port = 443
+		}
+	}
+	if f.Port != nil {
+		port = uint32(*f.Port)
+	}
+	ra.PortRedirect = port
+	if f.Hostname != nil {
+		ra.HostRedirect = string(*f.Hostname)
+	}
+	if p := f.Path; p != nil {
+		switch p.Type {
+		case gatewayv1.FullPathHTTPPathModifier:
+			ra.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: *p.ReplaceFullPath}
+		case gatewayv1.PrefixMatchHTTPPathModifier:
+			// Envoy's prefix_rewrite, with the prefix trimmed as the
+			// match is: exact for a non-empty replacement; for "" or
+			// "/", "/" (an empty prefix_rewrite would be none), which
+			// turns /foo/bar into //bar, as Envoy does.
+			repl := strings.TrimRight(*p.ReplacePrefixMatch, "/")
+			if strings.TrimSuffix(pathValue(m.Path), "/") == "" || repl == "" {
+				repl += "/"
+			}
+			ra.PathRewriteSpecifier = &routev3.RedirectAction_PrefixRewrite{PrefixRewrite: repl}
+		}
+	}
+	return ra
+}
+
+// retryPolicy is a rule's retry policy: its retry stanza (GEP-1731:
+// connection failures and refused streams, as Istio retries, plus the
+// codes listed; the number of attempts, else the port's; the back-off),
+// else the policy of the parent port; the backend request timeout
+// bounds each try.
+func retryPolicy(pp parentPort, r *gatewayv1.HTTPRouteRetry, rr ruleResult) *routev3.RetryPolicy {
+	rp := proto.Clone(pp.retry).(*routev3.RetryPolicy)
+	if r != nil {
+		on := retry.DefaultOn.String()
+		rp.RetriableStatusCodes = nil
+		for _, c := range r.Codes {
+			rp.RetriableStatusCodes = append(rp.RetriableStatusCodes, uint32(c))
+		}
+		if len(rp.RetriableStatusCodes) > 0 {
+			on += ",retriable-status-codes"
+		}
+		rp.RetryOn = on
+		if r.Attempts != nil {
+			rp.NumRetries = wrapperspb.UInt32(uint32(*r.Attempts))
+		}
+		rp.RetryBackOff = nil
+		if rr.backoff > 0 {
+			rp.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(rr.backoff)}
+		}
+	}
+	if rr.perTry > 0 {
+		rp.PerTryTimeout = durationpb.New(rr.perTry)
+	}
+	return rp
+}
