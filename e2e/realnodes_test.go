@@ -323,6 +323,9 @@ func TestRealNodesMesh(t *testing.T) {
 	if !strings.Contains(m, `connection_security_policy="mutual_tls"`) {
 		t.Errorf("the STRICT pod's sidecar counted no mTLS request")
 	}
+
+	// Gateway API for mesh: an HTTPRoute on the echo Service.
+	checkMeshRoutes(t, c, clientPod, vip)
 }
 
 // waitPodReady waits until a pod is Ready and returns it.

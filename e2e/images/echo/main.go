@@ -5,7 +5,11 @@
 // $TARGETS (comma-separated URLs), a client that GETs each target once a
 // second on a new connection and serves the last results as JSON on
 // /peers; with $COUNT too, it exits after that many rounds, with status 0
-// if every GET answered 200 (a Job's app). Built statically and packed into docker.io/local/echo:v1 by the
+// if every GET answered 200 (a Job's app). /fetch?url=U&n=N&header=K:V
+// sends N GETs of U from the pod (through its sidecar), with the given
+// headers, and answers their results as JSON, for tests that need many
+// requests at once (a traffic split) or headers of their own (a route's
+// match). Built statically and packed into docker.io/local/echo:v1 by the
 // real-nodes tests.
 package main
 
@@ -93,6 +97,37 @@ func main() {
 		defer mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"results": results, "codes": total})
+	})
+	mux.HandleFunc("/fetch", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		n := 1
+		fmt.Sscan(q.Get("n"), &n)
+		n = min(max(n, 1), 1000)
+		client := &http.Client{Timeout: 3 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		out := make([]result, 0, n)
+		for range n {
+			res := result{Target: q.Get("url"), Time: time.Now().UTC().Format(time.RFC3339Nano)}
+			req, err := http.NewRequest(http.MethodGet, q.Get("url"), nil)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			for _, h := range q["header"] {
+				k, v, _ := strings.Cut(h, ":")
+				req.Header.Add(k, strings.TrimSpace(v))
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				res.Error = err.Error()
+			} else {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				resp.Body.Close()
+				res.Code, res.Body = resp.StatusCode, strings.TrimSpace(string(b))
+			}
+			out = append(out, res)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"results": out})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "pod=%s zone=%s from=%s sidecar_ready_at_start=%v\n", os.Getenv("POD_NAME"), os.Getenv("ZONE"), r.RemoteAddr, sidecarReady)
