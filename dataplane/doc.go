@@ -42,7 +42,8 @@
 //   - HTTP/2 downstream: x/net's server, entered at serveStream (http.go),
 //     the generic path the net/http fallback's requests take too; its
 //     rapid-reset accounting: h2guard.go;
-//   - the router: route match (routematch.go); the handler, route and
+//   - the router: route match (routematch.go) and a route's table of
+//     rules, from RDS (routetable.go: routeByTable); the handler, route and
 //     retry loop, per-try timeouts and failure classification (http.go:
 //     serveRequest, route, tryOnce, classifyFailure); header handling,
 //     proxying the response and upgrades (proxy.go: proxy);
