@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"time"
 
@@ -31,22 +32,24 @@ type RouteRule struct {
 	DirectStatus int
 
 	// ClusterNotFoundStatus is the status of a request whose backend
-	// names no cluster: 503 (Envoy's default, flag NC) or 500 (Gateway
-	// API's answer for an invalid backend); 0 means 503.
+	// names no cluster (flag NC): 503 (Envoy's default), 500 (Gateway
+	// API's answer for an invalid backend) or 404; 0 means 503.
 	ClusterNotFoundStatus int
 	// Timeout covers all attempts of a request (0 = no timeout).
 	Timeout time.Duration
 	Retry   retry.Policy
 	// PrefixRewrite replaces the matched path prefix (Envoy's
-	// prefix_rewrite; the match must be a prefix).
+	// prefix_rewrite): for an exact or regex match, the whole path.
 	PrefixRewrite string
 	// RegexRewrite replaces every match of its pattern in the path.
 	RegexRewrite *RegexRewrite
 	// HostRewrite replaces the request's host (Envoy's
 	// host_rewrite_literal).
 	HostRewrite string
-	// RequestHeaders change the request before any backend's own
-	// changes; ResponseHeaders change the response after them.
+	// RequestHeaders and ResponseHeaders change the request and the
+	// response after the chosen backend's own changes (so the rule's win,
+	// as Envoy applies the route's after the weighted cluster's); the
+	// response's also apply to the sidecar's own answers for the rule.
 	RequestHeaders, ResponseHeaders HeaderMutation
 }
 
@@ -79,10 +82,12 @@ type RouteMatch struct {
 	Query []StringMatch
 }
 
-// StringMatch matches a named value (a header, ":method" for the method,
-// or a query parameter): the first value of that name must equal Exact,
-// or match the whole regular expression Regex when it is set. Header
-// names compare without regard to case.
+// StringMatch matches a named value (a header, ":method" or
+// ":authority", or a query parameter): the value must equal Exact, or
+// match the whole regular expression Regex when it is set. A header sent
+// several times matches as its values joined by ","; a query parameter by
+// its first value, undecoded, as Envoy matches them. Header names compare
+// without regard to case.
 type StringMatch struct {
 	Name  string
 	Exact string
@@ -181,15 +186,16 @@ func ValidateRule(rw string, r *RouteRule) error {
 	if err := r.Match.validate(rw + ".match"); err != nil {
 		return err
 	}
-	if r.PrefixRewrite != "" && r.Match.PathKind != PathPrefix && r.Match.PathKind != PathSeparatedPrefix {
-		return fmt.Errorf("config: %s.prefix_rewrite: needs a prefix match (have %s)", rw, r.Match.PathKind)
-	}
 	if r.PrefixRewrite != "" && r.RegexRewrite != nil {
 		return fmt.Errorf("config: %s: prefix_rewrite and regex_rewrite are exclusive", rw)
 	}
 	if rr := r.RegexRewrite; rr != nil {
-		if _, err := regexp.Compile(rr.Pattern); err != nil {
+		re, err := CompileRegex(rr.Pattern)
+		if err != nil {
 			return fmt.Errorf("config: %s.regex_rewrite.pattern %q: %v", rw, rr.Pattern, err)
+		}
+		if err := checkSubstitution(rr.Substitution, re.NumSubexp()); err != nil {
+			return fmt.Errorf("config: %s.regex_rewrite.substitution %q: %v", rw, rr.Substitution, err)
 		}
 	}
 	total := uint64(0)
@@ -249,7 +255,7 @@ func (m *RouteMatch) validate(where string) error {
 			return fmt.Errorf("config: %s.path: %q must start with /", where, m.Path)
 		}
 	case PathRegex:
-		if _, err := regexp.Compile(m.Path); err != nil {
+		if _, err := CompileRegex(m.Path); err != nil {
 			return fmt.Errorf("config: %s.path: regex %q: %v", where, m.Path, err)
 		}
 	default:
@@ -264,7 +270,7 @@ func (m *RouteMatch) validate(where string) error {
 				return fmt.Errorf("config: %s.%s[%d].name: empty", where, list.field, i)
 			}
 			if sm.Regex != "" {
-				if _, err := regexp.Compile(sm.Regex); err != nil {
+				if _, err := CompileRegex(sm.Regex); err != nil {
 					return fmt.Errorf("config: %s.%s[%d].regex %q: %v", where, list.field, i, sm.Regex, err)
 				}
 			}
@@ -295,11 +301,22 @@ func (m *HeaderMutation) validate(where string) error {
 	return nil
 }
 
-// validHeaderName reports whether s is an RFC 9110 token (header names
-// a rule may set; pseudo-headers and "host" are not among them).
+// unchangeable are the headers a rule may not touch: the host (a rewrite
+// changes it), hop-by-hop headers and the message's framing, which the
+// proxy owns.
+var unchangeable = []string{"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade",
+	"trailer", "content-length"}
+
+// validHeaderName reports whether s is an RFC 9110 token that a rule may
+// set or remove (no pseudo-header, nothing in unchangeable).
 func validHeaderName(s string) bool {
-	if s == "" || strings.EqualFold(s, "host") {
+	if s == "" {
 		return false
+	}
+	for _, u := range unchangeable {
+		if strings.EqualFold(s, u) {
+			return false
+		}
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -311,4 +328,53 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// MaxRegexProgramSize bounds the compiled size of a route's regular
+// expressions, as Envoy's re2.max_program_size.error_level (default 100)
+// does: matching costs the program's size times the value's length, and
+// whoever writes a route need not be trusted with the proxy's CPU.
+const MaxRegexProgramSize = 100
+
+// CompileRegex compiles a route's regular expression (RE2 syntax),
+// refusing one whose program is larger than MaxRegexProgramSize
+// instructions.
+func CompileRegex(expr string) (*regexp.Regexp, error) {
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return nil, err
+	}
+	if n := len(prog.Inst); n > MaxRegexProgramSize {
+		return nil, fmt.Errorf("program size %d over the limit of %d", n, MaxRegexProgramSize)
+	}
+	return regexp.Compile(expr)
+}
+
+// checkSubstitution checks a regex rewrite's substitution as RE2 does:
+// \\ is a backslash, \0 to \9 a group the pattern has, any other
+// backslash an error.
+func checkSubstitution(sub string, groups int) error {
+	for i := 0; i < len(sub); i++ {
+		if sub[i] != '\\' {
+			continue
+		}
+		if i+1 == len(sub) {
+			return fmt.Errorf("a trailing backslash")
+		}
+		switch c := sub[i+1]; {
+		case c == '\\':
+		case c >= '0' && c <= '9':
+			if int(c-'0') > groups {
+				return fmt.Errorf("\\%c names a group the pattern does not have (it has %d)", c, groups)
+			}
+		default:
+			return fmt.Errorf("\\%c is not an escape (want \\0-\\9 or \\\\)", c)
+		}
+		i++
+	}
+	return nil
 }

@@ -459,6 +459,7 @@ func (w *worker) localReply(rw http.ResponseWriter, ex *activeStream, code int, 
 	h := rw.Header()
 	h.Set("Content-Type", "text/plain")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	ex.applyResponseHeaders(h) // a route table rule's, as Envoy's local replies get them
 	if ex.grpc {
 		// gRPC clients read the status from trailers-only responses.
 		h.Set("Content-Type", "application/grpc")
@@ -475,6 +476,12 @@ func (w *worker) localReply(rw http.ResponseWriter, ex *activeStream, code int, 
 // grpcStatusFor maps a local reply status to a gRPC code as Envoy does.
 func grpcStatusFor(code int) string {
 	switch code {
+	case http.StatusBadRequest:
+		return "13" // INTERNAL
+	case http.StatusUnauthorized:
+		return "16" // UNAUTHENTICATED
+	case http.StatusForbidden:
+		return "7" // PERMISSION_DENIED
 	case http.StatusGatewayTimeout:
 		return "4" // DEADLINE_EXCEEDED
 	case http.StatusNotFound:

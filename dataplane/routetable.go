@@ -99,8 +99,9 @@ func anchored(expr string) *regexp.Regexp {
 	return regexp.MustCompile("^(?:" + expr + ")$")
 }
 
-// goSubstitution turns Envoy's \1 group references into Go's ${1}, and
-// escapes the dollars Go would read as references.
+// goSubstitution turns an RE2 substitution (\1 for a group, \\ for a
+// backslash; config.Validate refused any other escape) into Go's
+// (${1}), escaping the dollars Go would read as references.
 func goSubstitution(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -109,6 +110,9 @@ func goSubstitution(s string) string {
 			b.WriteString("${")
 			b.WriteByte(s[i+1])
 			b.WriteByte('}')
+			i++
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(s[i+1])
 			i++
 		case c == '$':
 			b.WriteString("$$")
@@ -119,23 +123,18 @@ func goSubstitution(s string) string {
 	return b.String()
 }
 
-// matchRule returns the first rule the request matches, or nil.
+// matchRule returns the first rule the request matches, or nil. Only
+// origin-form targets match (no CONNECT authority, no OPTIONS *), as
+// Envoy's path matchers see only paths.
 func (r *routeState) matchRule(req *http.Request) *ruleState {
 	path := req.URL.EscapedPath()
-	var query url.Values
+	if !strings.HasPrefix(path, "/") || req.Method == http.MethodConnect {
+		return nil
+	}
 	for _, rs := range r.rules {
-		if !rs.pathMatches(path) || !headersMatch(rs.headers, req) {
-			continue
+		if rs.pathMatches(path) && headersMatch(rs.headers, req) && queryMatches(rs.query, req.URL.RawQuery) {
+			return rs
 		}
-		if len(rs.query) > 0 {
-			if query == nil {
-				query = req.URL.Query()
-			}
-			if !queryMatches(rs.query, query) {
-				continue
-			}
-		}
-		return rs
 	}
 	return nil
 }
@@ -183,16 +182,31 @@ func headersMatch(ms []valueMatch, req *http.Request) bool {
 	return true
 }
 
-// queryMatches checks query parameter matchers against the first value
-// of each parameter (Envoy's choice).
-func queryMatches(ms []valueMatch, q url.Values) bool {
+// queryMatches checks query parameter matchers against the raw query,
+// as Envoy does: undecoded, the first occurrence of each name, with no
+// limit on the number of parameters (net/url's decoding, its dropping of
+// malformed pairs and its cap would each let a request slip past a rule).
+func queryMatches(ms []valueMatch, rawQuery string) bool {
 	for i := range ms {
-		vv, ok := q[ms[i].name]
-		if !ok || !ms[i].matches(vv[0]) {
+		v, ok := queryParam(rawQuery, ms[i].name)
+		if !ok || !ms[i].matches(v) {
 			return false
 		}
 	}
 	return true
+}
+
+// queryParam returns the raw value of the first parameter named name.
+func queryParam(q, name string) (string, bool) {
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k == name {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 func (m *valueMatch) matches(v string) bool {
@@ -235,12 +249,30 @@ func (rs *ruleState) rewrite(req *http.Request) {
 	if rs.rewriteRe != nil {
 		next = rs.rewriteRe.ReplaceAllString(path, rs.rewriteSub)
 	} else {
-		next = r.PrefixRewrite + path[len(r.Match.Path):]
+		next = r.PrefixRewrite + path[rs.matchedPrefix(path):]
 	}
-	if next == "" {
-		next = "/"
+	setEscapedPath(req.URL, rooted(next))
+}
+
+// matchedPrefix is how much of path the rule's match covers, what a
+// prefix rewrite replaces: the prefix, or for an exact or regex match
+// the whole path, as Envoy's.
+func (rs *ruleState) matchedPrefix(path string) int {
+	switch rs.cfg.Match.PathKind {
+	case config.PathPrefix, config.PathSeparatedPrefix:
+		return min(len(rs.cfg.Match.Path), len(path))
 	}
-	setEscapedPath(req.URL, next)
+	return len(path)
+}
+
+// rooted is path with a leading "/" (Envoy adds one to a rewritten or
+// redirected path that lacks it), so a rewrite can never make a request
+// target of another form, nor a redirect's path part of its host.
+func rooted(path string) string {
+	if strings.HasPrefix(path, "/") {
+		return path
+	}
+	return "/" + path
 }
 
 // setEscapedPath sets u's path from its escaped form.
@@ -272,15 +304,19 @@ func applyHeaders(h http.Header, m *config.HeaderMutation) {
 
 // redirectLocation builds a redirect's Location from the request, as
 // Envoy's RedirectAction does: each part the redirect sets replaces the
-// request's; the request's port stays unless a scheme change makes it
-// the old scheme's default; a port that is the scheme's default is left
-// out.
+// request's; a host_redirect is used as it is, without the request's
+// port; otherwise the request's port stays unless a scheme change makes
+// it the old scheme's default; a port that is the scheme's default is
+// left out.
 func redirectLocation(rd *config.Redirect, req *http.Request, rs *ruleState) string {
 	scheme := "http"
 	if req.TLS != nil {
 		scheme = "https"
 	}
 	host, port := splitAuthority(req.Host)
+	if strings.IndexByte(host, ':') >= 0 {
+		host = "[" + host + "]" // an IPv6 literal
+	}
 	if rd.Scheme != "" && rd.Scheme != scheme {
 		if port == defaultPort(scheme) {
 			port = ""
@@ -288,7 +324,7 @@ func redirectLocation(rd *config.Redirect, req *http.Request, rs *ruleState) str
 		scheme = rd.Scheme
 	}
 	if rd.Host != "" {
-		host = rd.Host
+		host, port = rd.Host, ""
 	}
 	if rd.Port != 0 {
 		port = strconv.Itoa(int(rd.Port))
@@ -300,24 +336,17 @@ func redirectLocation(rd *config.Redirect, req *http.Request, rs *ruleState) str
 	switch {
 	case rd.Path != "":
 		path = rd.Path
-	case rd.PrefixRewrite != "" && rs.cfg.Match.PathKind != config.PathRegex:
-		path = rd.PrefixRewrite + path[min(len(rs.cfg.Match.Path), len(path)):]
+	case rd.PrefixRewrite != "":
+		path = rd.PrefixRewrite + path[rs.matchedPrefix(path):]
 	}
 	var b strings.Builder
 	b.WriteString(scheme)
 	b.WriteString("://")
-	if strings.IndexByte(host, ':') >= 0 {
-		b.WriteString("[" + host + "]")
-	} else {
-		b.WriteString(host)
-	}
+	b.WriteString(host)
 	if port != "" {
 		b.WriteString(":" + port)
 	}
-	if path == "" {
-		path = "/"
-	}
-	b.WriteString(path)
+	b.WriteString(rooted(path))
 	if q := req.URL.RawQuery; q != "" && !strings.Contains(rd.Path, "?") {
 		b.WriteString("?" + q)
 	}
@@ -344,6 +373,9 @@ func defaultPort(scheme string) string {
 // backend naming no cluster: NC) and returns nil, or changes the request
 // as the rule says and returns the route of the backend it drew.
 func (w *worker) routeByTable(rw http.ResponseWriter, req *http.Request, ex *activeStream, table *routeState) *routeState {
+	if p := req.URL.EscapedPath(); needsNormalizing(p) {
+		setEscapedPath(req.URL, normalizePath(p))
+	}
 	rs := table.matchRule(req)
 	if rs == nil {
 		ex.flags |= respflag.NR
@@ -352,6 +384,9 @@ func (w *worker) routeByTable(rw http.ResponseWriter, req *http.Request, ex *act
 		return nil
 	}
 	r := rs.cfg
+	if !r.ResponseHeaders.Empty() {
+		ex.respHeaders[1] = &r.ResponseHeaders // on the sidecar's own answers too
+	}
 	switch {
 	case r.Redirect != nil:
 		ex.details = "direct_response" // Envoy's redirects are direct responses
@@ -361,6 +396,7 @@ func (w *worker) routeByTable(rw http.ResponseWriter, req *http.Request, ex *act
 		}
 		rw.Header().Set("Location", redirectLocation(r.Redirect, req, rs))
 		rw.Header().Set("Content-Length", "0")
+		ex.applyResponseHeaders(rw.Header())
 		rw.WriteHeader(code)
 		return nil
 	case r.DirectStatus != 0:
@@ -389,9 +425,6 @@ func (w *worker) routeByTable(rw http.ResponseWriter, req *http.Request, ex *act
 	if !b.cfg.ResponseHeaders.Empty() {
 		ex.respHeaders[0] = &b.cfg.ResponseHeaders
 	}
-	if !r.ResponseHeaders.Empty() {
-		ex.respHeaders[1] = &r.ResponseHeaders
-	}
 	return b.route
 }
 
@@ -403,4 +436,85 @@ func (ex *activeStream) applyResponseHeaders(h http.Header) {
 			applyHeaders(h, m)
 		}
 	}
+}
+
+// needsNormalizing reports whether an escaped path may have dot segments
+// or percent-encodings for normalizePath to resolve.
+func needsNormalizing(p string) bool {
+	return strings.IndexByte(p, '%') >= 0 || strings.Contains(p, "/.")
+}
+
+// normalizePath is RFC 3986 normalization of an escaped path, as Envoy's
+// normalize_path (which Istio turns on) does before routing: the
+// encodings of unreserved characters decoded, the others' hex upper case,
+// then dot segments removed. %2F stays encoded (Istio's default keeps
+// escaped slashes), and slashes are not merged. The result is also what
+// goes upstream, so a rule and the application see the same path.
+func normalizePath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) && ishex(p[i+1]) && ishex(p[i+2]) {
+			d := unhex(p[i+1])<<4 | unhex(p[i+2])
+			if unreserved(d) {
+				b.WriteByte(d)
+			} else {
+				b.WriteByte('%')
+				b.WriteByte(upper(p[i+1]))
+				b.WriteByte(upper(p[i+2]))
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return removeDotSegments(b.String())
+}
+
+// removeDotSegments is RFC 3986 section 5.2.4 for an absolute path.
+func removeDotSegments(p string) string {
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case ".":
+			if last {
+				out = append(out, "")
+			}
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+func unreserved(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func ishex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
+func upper(c byte) byte {
+	if c >= 'a' && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
 }

@@ -1,12 +1,19 @@
 package dataplane
 
 import (
+	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/config"
 )
@@ -235,5 +242,218 @@ func TestRouteTableReload(t *testing.T) {
 	}
 	if resp, _ := do(t, s, http.MethodGet, "/", nil); resp.Header.Get("X-Upstream") != "v2" {
 		t.Fatalf("after the reload: answered by %q, want v2", resp.Header.Get("X-Upstream"))
+	}
+}
+
+// TestRouteTableHostileRequests sends what an attacker sends at a route
+// table with a deny rule (a direct 403 for /admin) in front of a
+// catch-all backend: dot segments, encoded letters, a query crafted to
+// slip past a query match, a request target not in origin form, while a
+// legitimate client's requests all succeed alongside. Each answer is the
+// one Envoy with Istio's path normalization gives.
+func TestRouteTableHostileRequests(t *testing.T) {
+	rules := []config.RouteRule{
+		{Name: "deny-admin", Match: config.RouteMatch{PathKind: config.PathSeparatedPrefix, Path: "/admin"}, DirectStatus: http.StatusForbidden,
+			ResponseHeaders: config.HeaderMutation{Set: []config.Header{{Name: "X-Denied", Value: "yes"}}}},
+		{Name: "deny-debug", Match: config.RouteMatch{PathKind: config.PathPrefix, Path: "/",
+			Query: []config.StringMatch{{Name: "debug", Exact: "1"}}}, DirectStatus: http.StatusForbidden},
+		{Name: "all", Match: config.RouteMatch{PathKind: config.PathPrefix, Path: "/"}, Backends: one("v1")},
+	}
+	s, _ := startServer(t, tableConfig(t, rules))
+
+	stop := make(chan struct{})
+	legit := make(chan error, 1)
+	go func() {
+		client := &http.Client{}
+		n := 0
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					legit <- fmt.Errorf("the legitimate client sent nothing")
+					return
+				}
+				legit <- nil
+				return
+			default:
+			}
+			req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+"/shop/items?page=2", nil)
+			req.Host = "echo"
+			resp, err := client.Do(req)
+			if err != nil {
+				legit <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("Got-Path") != "/shop/items?page=2" {
+				legit <- fmt.Errorf("legitimate request: %d, upstream saw %q", resp.StatusCode, resp.Header.Get("Got-Path"))
+				return
+			}
+			n++
+		}
+	}()
+
+	for _, c := range []struct {
+		target   string
+		code     int
+		upstream string // the path the backend saw, for a 200
+	}{
+		{"/admin", 403, ""},
+		{"/admin/users", 403, ""},
+		{"/x/../admin", 403, ""},
+		{"/x/%2e%2e/admin", 403, ""},
+		{"/./admin/", 403, ""},
+		{"/%61dmin", 403, ""},
+		{"/%61dmin/../admin/x", 403, ""},
+		{"/../../admin", 403, ""},
+		{"/administrator", 200, "/administrator"},
+		{"/admin%2Fx", 200, "/admin%2Fx"}, // escaped slashes kept, as Istio's default
+		{"/ADMIN", 200, "/ADMIN"},         // paths are case-sensitive
+		{"/a/b/../c?q=1", 200, "/a/c?q=1"},
+		{"/q?debug=1", 403, ""},
+		{"/q?x=1&debug=1&debug=0", 403, ""},
+		{"/q?debug=0&debug=1", 200, "/q?debug=0&debug=1"},         // the first occurrence counts
+		{"/q?de%62ug=1", 200, "/q?de%62ug=1"},                     // undecoded, as Envoy
+		{"/q?debug=%31", 200, "/q?debug=%31"},                     // undecoded, as Envoy
+		{"/q?bad=%zz&debug=1", 403, ""},                           // a malformed pair hides nothing
+		{"/q?" + strings.Repeat("&", 10001) + "debug=1", 403, ""}, // nor do many pairs
+	} {
+		resp, _ := do(t, s, http.MethodGet, c.target, nil)
+		if resp.StatusCode != c.code {
+			t.Errorf("GET %.60s: %d, want %d", c.target, resp.StatusCode, c.code)
+			continue
+		}
+		if c.code == 403 && resp.Header.Get("X-Denied") != "yes" && strings.HasPrefix(c.target, "/") && !strings.HasPrefix(c.target, "/q") {
+			t.Errorf("GET %s: the rule's response header is missing from its direct response", c.target)
+		}
+		if c.code == 200 && resp.Header.Get("Got-Path") != c.upstream {
+			t.Errorf("GET %.60s: the backend saw %q, want %q", c.target, resp.Header.Get("Got-Path"), c.upstream)
+		}
+	}
+	// Not origin form: OPTIONS * and an absolute-form target.
+	conn := dialProxy(t, s)
+	fmt.Fprint(conn, "OPTIONS * HTTP/1.1\r\nHost: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("OPTIONS *: %d, want 404 (no path for a rule to match)", resp.StatusCode)
+	}
+	close(stop)
+	if err := <-legit; err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRouteTableRedirectPorts: a redirect's Location keeps the request's
+// port, drops it for a new host or a scheme change from its default, and
+// leaves out a scheme's default port; the rule's response headers come
+// with it, and a path part never lacks its "/".
+func TestRouteTableRedirectPorts(t *testing.T) {
+	rules := []config.RouteRule{
+		{Name: "keep", Match: config.RouteMatch{PathKind: config.PathExact, Path: "/keep"}, Redirect: &config.Redirect{Path: "/kept"},
+			ResponseHeaders: config.HeaderMutation{Set: []config.Header{{Name: "X-Resp", Value: "r"}}}},
+		{Name: "host", Match: config.RouteMatch{PathKind: config.PathExact, Path: "/host"}, Redirect: &config.Redirect{Host: "www.example.org"}},
+		{Name: "tls", Match: config.RouteMatch{PathKind: config.PathExact, Path: "/tls"}, Redirect: &config.Redirect{Scheme: "https"}},
+		{Name: "443", Match: config.RouteMatch{PathKind: config.PathExact, Path: "/443"}, Redirect: &config.Redirect{Scheme: "https", Port: 443}},
+		{Name: "v6", Match: config.RouteMatch{PathKind: config.PathExact, Path: "/v6"}, Redirect: &config.Redirect{Host: "[::1]", Port: 8443}},
+		{Name: "prefix", Match: config.RouteMatch{PathKind: config.PathSeparatedPrefix, Path: "/old"}, Redirect: &config.Redirect{PrefixRewrite: ".evil.example"}},
+		{Name: "whole", Match: config.RouteMatch{PathKind: config.PathRegex, Path: "/rr/.*"}, Redirect: &config.Redirect{PrefixRewrite: "/new"}},
+	}
+	s, _ := startServer(t, tableConfig(t, rules))
+	for _, c := range []struct{ host, target, location string }{
+		{"echo:8080", "/keep?a=b", "http://echo:8080/kept?a=b"},
+		{"echo:8080", "/host", "http://www.example.org/host"},
+		{"echo:80", "/tls", "https://echo/tls"},
+		{"echo:8080", "/tls", "https://echo:8080/tls"},
+		{"echo", "/443", "https://echo/443"},
+		{"[fd00::1]:8080", "/keep", "http://[fd00::1]:8080/kept"},
+		{"echo", "/v6", "http://[::1]:8443/v6"},
+		{"echo", "/old/x", "http://echo/.evil.example/x"},
+		{"echo", "/rr/a?b=c", "http://echo/new?b=c"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, proxyURL(s)+c.target, nil)
+		req.Host = c.host
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Location"); got != c.location {
+			t.Errorf("Host %s, GET %s: Location %q, want %q", c.host, c.target, got, c.location)
+		}
+		if c.target == "/keep?a=b" && resp.Header.Get("X-Resp") != "r" {
+			t.Errorf("the redirect lacks its rule's response header")
+		}
+	}
+}
+
+// TestRouteTableHTTP2 runs a route table for HTTP/2 requests (prior
+// knowledge, x/net/http2's server): the header match and the rule's
+// response header hold; a gRPC request no rule matches gets a
+// trailers-only UNIMPLEMENTED, and one whose backend names no cluster
+// UNAVAILABLE (Envoy's mappings of 404 and 503), not an HTTP status a
+// gRPC client cannot read.
+func TestRouteTableHTTP2(t *testing.T) {
+	rules := []config.RouteRule{
+		{Name: "v2", Match: config.RouteMatch{PathKind: config.PathPrefix, Path: "/", Headers: []config.StringMatch{{Name: "x-version", Exact: "two"}}},
+			Backends: one("v2"), ResponseHeaders: config.HeaderMutation{Set: []config.Header{{Name: "X-Resp", Value: "r"}}}},
+		{Name: "gone", Match: config.RouteMatch{PathKind: config.PathPrefix, Path: "/svc.Gone/"}, Backends: one("nope")},
+	}
+	s, _ := startServer(t, tableConfig(t, rules))
+	h2c := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	client := &http.Client{Transport: h2c}
+	send := func(path string, h http.Header) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, proxyURL(s)+path, strings.NewReader(""))
+		req.Host = "echo"
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s over HTTP/2: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := send("/x", http.Header{"X-Version": {"two"}})
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "v2" || resp.Header.Get("X-Resp") != "r" {
+		t.Errorf("HTTP/2 through the table: %s %d, upstream %q, X-Resp %q", resp.Proto, resp.StatusCode, resp.Header.Get("X-Upstream"), resp.Header.Get("X-Resp"))
+	}
+	grpc := http.Header{"Content-Type": {"application/grpc"}, "Te": {"trailers"}}
+	for path, want := range map[string]string{"/svc.Other/Call": "12", "/svc.Gone/Call": "14"} {
+		resp := send(path, grpc)
+		if resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != want {
+			t.Errorf("gRPC %s: %d grpc-status %q, want 200 with grpc-status %s", path, resp.StatusCode, resp.Header.Get("Grpc-Status"), want)
+		}
+	}
+}
+
+// TestRouteTableOpaqueTCP: a destination with a route table still
+// carries opaque TCP (a client that speaks no HTTP) to its route's
+// cluster; tables route only HTTP.
+func TestRouteTableOpaqueTCP(t *testing.T) {
+	echoTCP := serveTCP(t, "127.0.0.1", func(c net.Conn) { io.Copy(c, c) })
+	cfg := tableConfig(t, nil)
+	cfg.Clusters[0] = testCluster("echo", endpoint(echoTCP, "a"))
+	cfg.Listeners[0].DetectionTimeout = 50 * time.Millisecond
+	s, _ := startServer(t, cfg)
+	conn := dialProxy(t, s)
+	// Bytes that are no HTTP: the sidecar proxies them as TCP.
+	buf := make([]byte, 5)
+	if _, err := conn.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x01}); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(conn, buf); err != nil || buf[0] != 0x16 {
+		t.Fatalf("opaque TCP through a destination with a route table: %q, %v", buf, err)
 	}
 }

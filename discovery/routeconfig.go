@@ -3,7 +3,7 @@ package discovery
 import (
 	"fmt"
 	"net/http"
-	"regexp"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -144,6 +144,9 @@ func translateRouteMatch(p path, m *routev3.RouteMatch) (config.RouteMatch, erro
 		if err := rejectUnsupported(hp, h, "name", "string_match"); err != nil {
 			return out, err
 		}
+		if n := h.GetName(); strings.HasPrefix(n, ":") && n != ":method" && n != ":authority" {
+			return out, hp.field("name").errorf("%q not supported by meshlet (pseudo-headers: :method and :authority)", n)
+		}
 		sm, err := stringMatch(hp.field("string_match"), h.GetName(), h.GetStringMatch())
 		if err != nil {
 			return out, err
@@ -189,13 +192,16 @@ func stringMatch(p path, name string, m *matcherv3.StringMatcher) (config.String
 }
 
 // regexString reads a RegexMatcher: RE2 syntax, which Go's regexp
-// implements.
+// implements, within config.MaxRegexProgramSize.
 func regexString(p path, m *matcherv3.RegexMatcher) (string, error) {
-	//nolint:staticcheck // google_re2 is deprecated, and still what a control plane may send
 	if err := rejectUnsupported(p, m, "regex", "google_re2"); err != nil {
 		return "", err
 	}
-	if _, err := regexp.Compile(m.GetRegex()); err != nil {
+	//nolint:staticcheck // google_re2 is deprecated, and still what a control plane may send
+	if m.GetGoogleRe2().GetMaxProgramSize() != nil {
+		return "", p.field("google_re2").field("max_program_size").errorf("not supported by meshlet (the limit is %d)", config.MaxRegexProgramSize)
+	}
+	if _, err := config.CompileRegex(m.GetRegex()); err != nil {
 		return "", p.field("regex").errorf("%q: %v", m.GetRegex(), err)
 	}
 	return m.GetRegex(), nil
@@ -211,6 +217,7 @@ func translateRouteAction(p path, a *routev3.RouteAction, out *config.RouteRule)
 		out.Backends = []config.WeightedBackend{{Cluster: cs.Cluster, Weight: 1}}
 	case *routev3.RouteAction_WeightedClusters:
 		wp := p.field("weighted_clusters")
+		var total uint64
 		if err := rejectUnsupported(wp, cs.WeightedClusters, "clusters"); err != nil {
 			return err
 		}
@@ -229,6 +236,10 @@ func translateRouteAction(p path, a *routev3.RouteAction, out *config.RouteRule)
 				return err
 			}
 			out.Backends = append(out.Backends, b)
+			total += uint64(b.Weight)
+		}
+		if total == 0 {
+			return wp.field("clusters").errorf("the weights sum to 0 (Envoy refuses it too)")
 		}
 	default:
 		return p.errorf("no cluster (want cluster or weighted_clusters)")
@@ -303,7 +314,14 @@ func headerMutation(p path, field string, add []*corev3.HeaderValueOption, remov
 		if err := rejectUnsupported(hp, o.GetHeader(), "key", "value"); err != nil {
 			return out, err
 		}
-		h := config.Header{Name: o.GetHeader().GetKey(), Value: o.GetHeader().GetValue()}
+		value, err := headerValue(o.GetHeader().GetValue())
+		if err != nil {
+			return out, hp.field("value").errorf("%q: %v", o.GetHeader().GetValue(), err)
+		}
+		if value == "" {
+			continue // Envoy adds no empty value without keep_empty_value
+		}
+		h := config.Header{Name: o.GetHeader().GetKey(), Value: value}
 		switch o.GetAppendAction() {
 		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
 			out.Add = append(out.Add, h)
@@ -314,4 +332,27 @@ func headerMutation(p path, field string, add []*corev3.HeaderValueOption, remov
 		}
 	}
 	return out, nil
+}
+
+// headerValue reads a HeaderValue's value, which Envoy reads as an
+// access-log format string: %% is a percent sign; meshlet expands no
+// %COMMAND%, so any other percent sign is refused rather than sent as is.
+func headerValue(v string) (string, error) {
+	if !strings.Contains(v, "%") {
+		return v, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] != '%' {
+			b.WriteByte(v[i])
+			continue
+		}
+		if i+1 < len(v) && v[i+1] == '%' {
+			b.WriteByte('%')
+			i++
+			continue
+		}
+		return "", fmt.Errorf("a %%COMMAND%% (meshlet expands none; write a percent sign as %%%%)")
+	}
+	return b.String(), nil
 }

@@ -30,7 +30,8 @@ virtual_hosts:
       retry_policy: {retry_on: retriable-status-codes, num_retries: 2, retriable_status_codes: [503]}
     request_headers_to_add:
     - {header: {key: x-set, value: s}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}
-    - {header: {key: x-add, value: a}}
+    - {header: {key: x-add, value: "50%%"}}
+    - {header: {key: x-empty, value: ""}}
     request_headers_to_remove: [x-drop]
     response_headers_to_add: [{header: {key: x-resp, value: r}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]
     response_headers_to_remove: [server]
@@ -70,7 +71,7 @@ virtual_hosts:
 			Backends: []config.WeightedBackend{{Cluster: "v1", Weight: 1}}, ClusterNotFoundStatus: http.StatusServiceUnavailable, Timeout: 0,
 			Retry: retry.Policy{RetryOn: retry.OnRetriableStatusCodes, NumRetries: 2, RetriableStatusCodes: []uint32{503},
 				BaseInterval: 25 * time.Millisecond, MaxInterval: 250 * time.Millisecond, HostSelectionRetryMaxAttempts: 1},
-			RequestHeaders: config.HeaderMutation{Set: []config.Header{{Name: "x-set", Value: "s"}}, Add: []config.Header{{Name: "x-add", Value: "a"}},
+			RequestHeaders: config.HeaderMutation{Set: []config.Header{{Name: "x-set", Value: "s"}}, Add: []config.Header{{Name: "x-add", Value: "50%"}},
 				Remove: []string{"x-drop"}},
 			ResponseHeaders: config.HeaderMutation{Set: []config.Header{{Name: "x-resp", Value: "r"}}, Remove: []string{"server"}}},
 		{Name: "split", Match: config.RouteMatch{PathKind: config.PathSeparatedPrefix, Path: "/api",
@@ -124,14 +125,25 @@ func TestTranslateRouteConfigurationRejects(t *testing.T) {
 		{"prefix match kind", head + "  - {match: {prefix: /, headers: [{name: a, string_match: {prefix: b}}]}, route: {cluster: c}}\n", "string_match.prefix: not supported"},
 		{"cluster_header", head + "  - {match: {prefix: /}, route: {cluster_header: x}}\n", "routes[0].route.cluster_header: not supported"},
 		{"weights sum to 0", head + "  - {match: {prefix: /}, route: {weighted_clusters: {clusters: [{name: a, weight: 0}, {name: b, weight: 0}]}}}\n", "weights sum to 0"},
-		{"prefix rewrite of an exact match", head + "  - {match: {path: /a}, route: {cluster: c, prefix_rewrite: /b}}\n", "prefix_rewrite: needs a prefix match"},
+		{"regex too large", head + "  - {match: {safe_regex: {regex: '(?:.*a){100}b'}}, route: {cluster: c}}\n", "program size 303 over the limit of 100"},
+		{"max_program_size", head + "  - {match: {safe_regex: {regex: 'a', google_re2: {max_program_size: 1000}}}, route: {cluster: c}}\n",
+			"safe_regex.google_re2.max_program_size: not supported"},
+		{"unknown substitution escape", head + "  - {match: {prefix: /}, route: {cluster: c, regex_rewrite: {pattern: {regex: '^/(.*)$'}, substitution: '/\\x'}}}\n",
+			"regex_rewrite.substitution"},
+		{"substitution group out of range", head + "  - {match: {prefix: /}, route: {cluster: c, regex_rewrite: {pattern: {regex: '^/(.*)$'}, substitution: '/\\2'}}}\n",
+			"names a group the pattern does not have (it has 1)"},
+		{"a %COMMAND% in a header value", head + "  - {match: {prefix: /}, route: {cluster: c}, request_headers_to_add: [{header: {key: a, value: '%DOWNSTREAM_REMOTE_ADDRESS%'}}]}\n",
+			"request_headers_to_add[0].header.value"},
+		{"pseudo-header match", head + "  - {match: {prefix: /, headers: [{name: ':path', string_match: {exact: /}}]}, route: {cluster: c}}\n", "headers[0].name: \":path\" not supported"},
+		{"one weighted cluster of weight 0", head + "  - {match: {prefix: /}, route: {weighted_clusters: {clusters: [{name: a, weight: 0}]}}}\n", "weighted_clusters.clusters: the weights sum to 0"},
+		{"hop-by-hop header", head + "  - {match: {prefix: /}, route: {cluster: c}, response_headers_to_add: [{header: {key: Transfer-Encoding, value: chunked}}]}\n", "is not a header name"},
 		{"append action", head + "  - {match: {prefix: /}, route: {cluster: c}, request_headers_to_add: [{header: {key: a, value: b}, append_action: ADD_IF_ABSENT}]}\n",
 			"request_headers_to_add[0].append_action: ADD_IF_ABSENT"},
 		{"host header", head + "  - {match: {prefix: /}, route: {cluster: c}, request_headers_to_add: [{header: {key: host, value: b}}]}\n", "is not a header name"},
 		{"hash policy", head + "  - {match: {prefix: /}, route: {cluster: c, hash_policy: [{header: {header_name: x}}]}}\n", "routes[0].route.hash_policy: not supported"},
 		{"strip query", head + "  - {match: {prefix: /}, redirect: {strip_query: true}}\n", "routes[0].redirect.strip_query: not supported"},
 		{"direct body", head + "  - {match: {prefix: /}, direct_response: {status: 200, body: {inline_string: x}}}\n", "direct_response.body: not supported"},
-		{"typed per filter config", head + "  - {match: {prefix: /}, route: {cluster: c}, decorator: {operation: x}}\n", "routes[0].decorator: not supported"},
+		{"decorator", head + "  - {match: {prefix: /}, route: {cluster: c}, decorator: {operation: x}}\n", "routes[0].decorator: not supported"},
 		{"no action", head + "  - {match: {prefix: /}}\n", "routes[0].action: value is required"},
 	}
 	for _, tt := range tests {

@@ -127,8 +127,11 @@ func (s *adsState) dropUnused() {
 
 // assemble returns the clusters with their endpoints and their routes
 // with their rules, or ok false while CDS has not been accepted or a
-// cluster still waits for its assignment or a route for its route
-// configuration.
+// cluster still waits for its assignment. A route whose route
+// configuration has not arrived (or was rejected, with no good one
+// before it) goes as a plain route to its cluster meanwhile: one table
+// must not hold back every other cluster's changes, as a failed RDS
+// update does not hold back Envoy's.
 func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route, ok bool) {
 	if !s.cdsSynced {
 		return nil, nil, false
@@ -145,11 +148,11 @@ func (s *adsState) assemble() (clusters []config.Cluster, routes []config.Route,
 		clusters = append(clusters, cl)
 		for _, r := range e.routes {
 			if r.RouteConfig != "" {
-				rc, ok := s.rcs[r.RouteConfig]
-				if !ok {
-					return nil, nil, false
+				if rc, ok := s.rcs[r.RouteConfig]; ok {
+					r.Rules = rc.rules
+				} else {
+					r.RouteConfig = ""
 				}
-				r.Rules = rc.rules
 			}
 			routes = append(routes, r)
 		}
@@ -182,18 +185,18 @@ func (s *adsState) applySotwRDS(resources []*anypb.Any) error {
 	return s.applyRouteConfigurations(anys, false)
 }
 
-// applyDeltaRDS applies an incremental RDS response, all or nothing. A
-// removed route configuration that a route still names leaves it an
-// empty table (every request 404, as Envoy's empty route configuration).
+// applyDeltaRDS applies an incremental RDS response, all or nothing. The
+// removal of a route configuration a route still names is ignored, its
+// last good rules kept, as Envoy ignores it: the cluster's update that
+// stops naming it may come second, and an empty table would answer every
+// request 404 meanwhile.
 func (s *adsState) applyDeltaRDS(resources []*discoveryResource, removed []string) error {
 	if err := s.applyRouteConfigurations(resources, true); err != nil {
 		return err
 	}
 	need := s.rdsNeeded()
 	for _, name := range removed {
-		if need[name] {
-			s.rcs[name] = &rdsEntry{}
-		} else {
+		if !need[name] {
 			delete(s.rcs, name)
 		}
 	}
@@ -207,13 +210,16 @@ func (s *adsState) applyRouteConfigurations(resources []*discoveryResource, delt
 	next := map[string]*rdsEntry{}
 	var errs errorList
 	for i, r := range resources {
+		if delta && !need[r.name] {
+			continue // not asked for: not even translated
+		}
 		name, e, err := decodeRouteConfiguration(i, r.resource)
 		switch {
+		case !delta && !need[name]: // SotW names it inside: ignored, even broken
 		case err != nil:
 			errs.add(err)
 		case delta && name != r.name:
 			errs.add(fmt.Errorf("adsclient: RDS resources[%d]: resource %q holds route configuration %q", i, r.name, name))
-		case !need[name]:
 		case next[name] != nil:
 			errs.add(fmt.Errorf("adsclient: RDS resources[%d]: duplicate route configuration %q", i, name))
 		default:

@@ -188,10 +188,12 @@ func routeConfiguration(t *testing.T, name, cluster string) *anypb.Any {
 	return anyOf(t, &rc)
 }
 
-// TestADSStateRoutes: a cluster that names a route configuration is
-// delivered only once RDS brought it, its route then carrying the rules;
-// a bad route configuration changes nothing; one removed while named
-// leaves an empty table; one no cluster names is forgotten.
+// TestADSStateRoutes: a cluster that names a route configuration goes
+// as a plain route until RDS brings it (nothing else waits for it), its
+// route then carrying the rules; a bad route configuration changes
+// nothing; one removed while still named keeps its last good rules (as
+// Envoy ignores such a removal); one no cluster names is forgotten, and
+// a broken one nobody asked for is not even read.
 func TestADSStateRoutes(t *testing.T) {
 	st := newADSState()
 	res := func(name string, a *anypb.Any) *discoveryResource {
@@ -204,48 +206,82 @@ func TestADSStateRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, st.names(routeTypeURL), []string{"rc-a"})
-	if _, _, ok := st.assemble(); ok {
-		t.Fatal("complete without the route configuration")
+	plain := func(what string) {
+		t.Helper()
+		_, routes, ok := st.assemble()
+		if !ok || len(routes) != 2 || routes[0].RouteConfig != "" || routes[0].Rules != nil || routes[0].Cluster != "a" {
+			t.Fatalf("%s: ok %v, routes %+v; want a plain route to a", what, ok, routes)
+		}
 	}
-	// Not what was asked for, then a bad one: neither counts.
-	if err := st.applyDeltaRDS([]*discoveryResource{res("other", routeConfiguration(t, "other", "b"))}, nil); err != nil {
-		t.Fatal(err)
-	}
+	plain("before RDS")
 	var bad routev3.RouteConfiguration
 	fromYAML(t, "name: rc-a\nvirtual_hosts: [{name: vh, domains: [echo]}]\n", &bad)
-	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-a", anyOf(t, &bad))}, nil), `route configuration "rc-a"`, "domains")
-	if _, _, ok := st.assemble(); ok {
-		t.Fatal("complete with a rejected route configuration")
+	// Not asked for (even broken), then a bad one, then one under
+	// another name: none counts.
+	if err := st.applyDeltaRDS([]*discoveryResource{res("other", anyOf(t, &bad))}, nil); err != nil {
+		t.Fatal(err)
 	}
-	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-x", routeConfiguration(t, "rc-a", "b"))}, nil), `resource "rc-x" holds route configuration "rc-a"`)
+	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-a", anyOf(t, &bad))}, nil), `route configuration "rc-a"`, "domains")
+	plain("after a rejected route configuration")
+	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-a", routeConfiguration(t, "other", "b"))}, nil), `resource "rc-a" holds route configuration "other"`)
 
 	if err := st.applyDeltaRDS([]*discoveryResource{res("rc-a", routeConfiguration(t, "rc-a", "b"))}, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, routes, ok := st.assemble()
-	if !ok {
-		t.Fatal("incomplete")
+	withRules := func(what string) {
+		t.Helper()
+		_, routes, ok := st.assemble()
+		if !ok || len(routes) != 2 {
+			t.Fatalf("%s: ok %v, %d routes", what, ok, len(routes))
+		}
+		eq(t, routes[0].RouteConfig, "rc-a")
+		eq(t, len(routes[0].Rules), 1)
+		eq(t, routes[0].Rules[0].Backends[0].Cluster, "b")
+		eq(t, routes[1].RouteConfig, "")
+		eq(t, len(routes[1].Rules), 0)
 	}
-	eq(t, len(routes), 2)
-	eq(t, routes[0].RouteConfig, "rc-a")
-	eq(t, len(routes[0].Rules), 1)
-	eq(t, routes[0].Rules[0].Backends[0].Cluster, "b")
-	eq(t, routes[1].RouteConfig, "")
-	eq(t, len(routes[1].Rules), 0)
+	withRules("with RDS")
 	eq(t, st.version(routeTypeURL, "rc-a"), "v-rc-a")
-
-	// Removed while named: an empty table, still complete.
+	// A bad update keeps the good rules.
+	wantErr(t, st.applyDeltaRDS([]*discoveryResource{res("rc-a", anyOf(t, &bad))}, nil), "domains")
+	withRules("after a rejected update")
+	// Removed while named: ignored.
 	if err := st.applyDeltaRDS(nil, []string{"rc-a"}); err != nil {
 		t.Fatal(err)
 	}
-	_, routes, ok = st.assemble()
-	if !ok || routes[0].RouteConfig != "rc-a" || len(routes[0].Rules) != 0 {
-		t.Fatalf("after the removal: ok %v, route %+v", ok, routes[0])
-	}
+	withRules("after the removal")
 	// The cluster no longer names it: forgotten, and no longer asked for.
 	if err := st.applyDeltaCDS([]*discoveryResource{res("a", routedCluster(t, "a", ""))}, nil); err != nil {
 		t.Fatal(err)
 	}
 	eq(t, len(st.names(routeTypeURL)), 0)
 	eq(t, len(st.rcs), 0)
+}
+
+// TestADSStateRoutesSotw: state-of-the-world RDS keeps only what the
+// clusters name, ignores the rest even when it is broken, and is all or
+// nothing for what they name.
+func TestADSStateRoutesSotw(t *testing.T) {
+	st := newADSState()
+	if err := st.applySotwCDS([]*anypb.Any{routedCluster(t, "a", "rc-a")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.applySotwEDS([]*anypb.Any{assignment(t, "a", "10.0.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	var bad routev3.RouteConfiguration
+	fromYAML(t, "name: unasked\nvirtual_hosts: [{name: vh, domains: [echo]}]\n", &bad)
+	if err := st.applySotwRDS([]*anypb.Any{routeConfiguration(t, "rc-a", "a"), anyOf(t, &bad)}); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, ok := st.assemble()
+	if !ok || len(routes) != 1 || len(routes[0].Rules) != 1 {
+		t.Fatalf("ok %v, routes %+v", ok, routes)
+	}
+	fromYAML(t, "name: rc-a\nvirtual_hosts: [{name: vh, domains: [echo]}]\n", &bad)
+	wantErr(t, st.applySotwRDS([]*anypb.Any{anyOf(t, &bad)}), `route configuration "rc-a"`)
+	if _, routes, _ := st.assemble(); len(routes[0].Rules) != 1 {
+		t.Fatalf("a rejected response changed the rules: %+v", routes[0])
+	}
+	eq(t, len(st.rcs), 1)
 }
