@@ -10,6 +10,7 @@ package dataplane
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,9 @@ type activeStream struct {
 	// respHeaders are the response header changes of the request's rule
 	// and backend (a route table's), applied to the upstream's response.
 	respHeaders [2]*config.HeaderMutation
+	// origPath is the request target before a route table's rewrite ("":
+	// not rewritten), for the access log.
+	origPath string
 }
 
 // httpScratch is the router's state for one request, in one allocation
@@ -885,7 +889,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	d := time.Since(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	e := accesslog.Entry{
-		StartTime: start, Method: req.Method, Path: h1.RequestTarget(req), Protocol: req.Proto,
+		StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, h1.RequestTarget(req)), Protocol: req.Proto,
 		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
 		UpstreamServiceTime: -1, ForwardedFor: h1.Get(req.Header, "X-Forwarded-For"), UserAgent: h1.Get(req.Header, "User-Agent"),
 		RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
 	"github.com/meshlet-dev/meshlet/lb/respflag"
 )
 
@@ -420,6 +421,11 @@ func (w *worker) routeByTable(rw http.ResponseWriter, req *http.Request, ex *act
 	}
 	if !r.RequestHeaders.Empty() {
 		applyHeaders(req.Header, &r.RequestHeaders)
+	}
+	if r.PrefixRewrite != "" || rs.rewriteRe != nil {
+		// The access log shows the path as received (after normalizing),
+		// as Envoy's default format reads x-envoy-original-path.
+		ex.origPath = h1.RequestTarget(req)
 	}
 	rs.rewrite(req)
 	if !b.cfg.ResponseHeaders.Empty() {

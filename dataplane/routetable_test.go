@@ -171,6 +171,8 @@ func TestRouteTableMatchesAndActions(t *testing.T) {
 		t.Errorf("X-Add reached the backend as %q, want first then a", got)
 	}
 	logs.waitLine(t, "GET /other", " 404 NR ", "route_not_found")
+	logs.waitLine(t, "GET /rewrite/a/b?c=d", " 200 ") // as received, not as rewritten
+	logs.waitLine(t, "GET /re/42 ", " 200 ")
 	logs.waitLine(t, "GET /missing", " 500 NC ", "cluster_not_found")
 	logs.waitLine(t, "GET /direct", " 500 - ", "direct_response")
 }
