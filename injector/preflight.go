@@ -146,48 +146,148 @@ var installRights = []struct {
 	{"rbac.authorization.k8s.io", "roles", false}, {"rbac.authorization.k8s.io", "rolebindings", false},
 }
 
+// gatewayGroupVersion is where the chart's CRDs (crds/: Gateway API's
+// HTTPRoute, GRPCRoute and ReferenceGrant) serve their kinds, which
+// crdResources lists.
+const gatewayGroupVersion = "gateway.networking.k8s.io/v1"
+
+var crdResources = []string{"httproutes", "grpcroutes", "referencegrants"}
+
+// routeRights are the rights the chart's ClusterRole grants on Gateway
+// API routes. RBAC lets a caller create a role that grants a right, and
+// bind it, only if the caller holds the right itself, or may escalate and
+// bind cluster roles. They are asked because, unlike the core kinds' reads,
+// they came with the CRDs, and a role made for installing often lacks them.
+var routeRights = []struct{ verb, resource, subresource string }{
+	{"get", "httproutes", ""}, {"list", "httproutes", ""}, {"watch", "httproutes", ""},
+	{"get", "grpcroutes", ""}, {"list", "grpcroutes", ""}, {"watch", "grpcroutes", ""},
+	{"update", "httproutes", "status"}, {"patch", "httproutes", "status"},
+	{"update", "grpcroutes", "status"}, {"patch", "grpcroutes", "status"},
+}
+
+// access is one SelfSubjectAccessReview's question.
+type access struct{ verb, group, resource, subresource, ns string }
+
+func (a access) String() string {
+	where := "cluster-wide"
+	if a.ns != "" {
+		where = "in " + a.ns
+	}
+	res := a.resource
+	if a.subresource != "" {
+		res += "/" + a.subresource
+	}
+	return fmt.Sprintf("%s %s %s", a.verb, res, where)
+}
+
+// allowed asks the API server whether the caller may do a.
+func allowed(ctx context.Context, client kubernetes.Interface, a access) (bool, error) {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.resource,
+			Subresource: a.subresource},
+	}}
+	res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("ask whether the caller may %s: %w", a, err)
+	}
+	return res.Status.Allowed, nil
+}
+
+// crdsInstalled says whether the API server serves every kind of the
+// chart's CRDs already: Helm creates a CRD of crds/ only when it is
+// missing (and never patches or deletes it), so then no right on CRDs is
+// needed. A discovery error counts as not installed.
+func crdsInstalled(client kubernetes.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(gatewayGroupVersion)
+	if err != nil {
+		return false
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	for _, r := range crdResources {
+		if !served[r] {
+			return false
+		}
+	}
+	return true
+}
+
 // checkInstallRights asks whether the caller may create and patch every
-// kind the chart installs (in ns, or cluster-wide) and create the release's
-// record, a Secret in releaseNS. RBAC's escalation check may still refuse a
-// Role that grants what the caller lacks: that is not asked.
+// kind the chart installs (in ns, or cluster-wide), create its CRDs (unless
+// they are installed already), grant what its ClusterRole grants on Gateway
+// API routes, and create the release's record, a Secret in releaseNS. The
+// escalation check for the ClusterRole's and Role's other rights is not
+// asked.
 func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, releaseNS string) preflight.Result {
 	r := preflight.Result{Check: "may create what the chart installs"}
-	type ask struct{ verb, group, resource, ns string }
-	var asks []ask
+	var asks []access
 	for _, k := range installRights {
 		where := ns
 		if k.cluster {
 			where = ""
 		}
-		asks = append(asks, ask{"create", k.group, k.resource, where}, ask{"patch", k.group, k.resource, where})
+		asks = append(asks, access{verb: "create", group: k.group, resource: k.resource, ns: where},
+			access{verb: "patch", group: k.group, resource: k.resource, ns: where})
+	}
+	crds := "create the Gateway API CRDs"
+	if crdsInstalled(client) {
+		crds = "the Gateway API CRDs are installed already"
+	} else {
+		asks = append(asks, access{verb: "create", group: "apiextensions.k8s.io", resource: "customresourcedefinitions"})
 	}
 	if releaseNS == "" {
 		releaseNS = "default"
 	}
-	asks = append(asks, ask{"create", "", "secrets", releaseNS})
+	asks = append(asks, access{verb: "create", resource: "secrets", ns: releaseNS})
 	var denied []string
 	for _, a := range asks {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.resource},
-		}}
-		res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		ok, err := allowed(ctx, client, a)
 		if err != nil {
-			r.Status, r.Detail = preflight.Fail, fmt.Sprintf("ask whether %s may be %sd: %v", a.resource, a.verb, err)
+			r.Status, r.Detail = preflight.Fail, err.Error()
 			return r
 		}
-		if !res.Status.Allowed {
-			where := "cluster-wide"
-			if a.ns != "" {
-				where = "in " + a.ns
+		if !ok {
+			denied = append(denied, a.String())
+		}
+	}
+	var lacking []string
+	for _, g := range routeRights {
+		a := access{verb: g.verb, group: "gateway.networking.k8s.io", resource: g.resource, subresource: g.subresource}
+		ok, err := allowed(ctx, client, a)
+		if err != nil {
+			r.Status, r.Detail = preflight.Fail, err.Error()
+			return r
+		}
+		if !ok {
+			lacking = append(lacking, a.String())
+		}
+	}
+	grants := fmt.Sprintf("hold the %d rights the ClusterRole grants on Gateway API routes", len(routeRights))
+	if len(lacking) > 0 {
+		escalate := true
+		for _, verb := range []string{"escalate", "bind"} {
+			ok, err := allowed(ctx, client, access{verb: verb, group: "rbac.authorization.k8s.io", resource: "clusterroles"})
+			if err != nil {
+				r.Status, r.Detail = preflight.Fail, err.Error()
+				return r
 			}
-			denied = append(denied, fmt.Sprintf("%s %s %s", a.verb, a.resource, where))
+			escalate = escalate && ok
+		}
+		if escalate {
+			grants = "escalate and bind cluster roles (the ClusterRole grants rights on Gateway API routes the caller lacks)"
+		} else {
+			denied = append(denied, fmt.Sprintf("%s (the ClusterRole grants them: RBAC wants the caller to hold them, or to be allowed to escalate and bind clusterroles)",
+				strings.Join(lacking, ", ")))
 		}
 	}
 	if len(denied) > 0 {
 		r.Status, r.Detail = preflight.Fail, "not allowed to "+strings.Join(denied, ", ")
 		return r
 	}
-	r.Status, r.Detail = preflight.OK, fmt.Sprintf("create and patch all %d kinds, and the release's Secret in %s", len(installRights), releaseNS)
+	r.Status, r.Detail = preflight.OK, fmt.Sprintf("create and patch all %d kinds, %s, %s, and create the release's Secret in %s",
+		len(installRights), crds, grants, releaseNS)
 	return r
 }
 

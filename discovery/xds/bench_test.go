@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/discovery/adsclient"
@@ -50,6 +51,35 @@ func benchSlice(i int, firstReady bool) *discoveryv1.EndpointSlice {
 		eps = append(eps, e)
 	}
 	return slice("default", fmt.Sprintf("svc%d-1", i), fmt.Sprintf("svc%d", i), v4, []string{"http:8080"}, eps...)
+}
+
+// benchRoute is the HTTPRoute of BenchmarkRouteChurn: svc0's port 80
+// split between svc1 (weight 100) and svc2 (weight w).
+func benchRoute(w int32) *gatewayv1.HTTPRoute {
+	r := httpRoute("default", "svc0", 0, []gatewayv1.ParentReference{svcRef("", "svc0", 80)},
+		rule(nil, to("", "svc1", 80, ptr(int32(100))), to("", "svc2", 80, ptr(w))))
+	r.Generation = int64(w)
+	return r
+}
+
+// benchWeight is svc2's weight at change i: never the same twice in a
+// row, so each change is one a sidecar can tell from the last.
+func benchWeight(i int) int32 { return int32(1 + i%97) }
+
+// churnWeight returns the weight svc2 has in the route table of the
+// churned cluster, found false while the sidecar has no such table.
+func churnWeight(rs []config.Route, churned, backend string) (uint32, bool) {
+	for _, r := range rs {
+		if r.RouteConfig != churned || len(r.Rules) == 0 {
+			continue
+		}
+		for _, b := range r.Rules[0].Backends {
+			if b.Cluster == backend {
+				return b.Weight, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // churnHealthy reports whether the churned endpoint is healthy in cs.
@@ -91,13 +121,35 @@ func BenchmarkChurn(b *testing.B) {
 		if delta {
 			name = "delta"
 		}
-		b.Run(name, func(b *testing.B) { benchChurn(b, delta) })
+		b.Run(name, func(b *testing.B) { benchChurn(b, churnEndpoints, delta) })
 	}
 }
 
+// BenchmarkRouteChurn is BenchmarkChurn with a route change: svc0's port
+// carries an HTTPRoute, so each sidecar's svc0 cluster names its
+// RouteConfiguration in its metadata and the sidecar (adsclient, delta)
+// subscribes to it over RDS on the same stream. Each iteration changes
+// the weight of one backend through UpsertHTTPRoute and waits until every
+// sidecar has the new RouteConfiguration (its OnRoutes saw the weight).
+// Reported besides BenchmarkChurn's figures: the latency of each
+// sidecar (p50 / p99 over every sidecar's receipt of every change).
+func BenchmarkRouteChurn(b *testing.B) {
+	b.Run("delta", func(b *testing.B) { benchChurn(b, churnRoutes, true) })
+}
+
+// churnKind is what a churn benchmark changes.
+type churnKind string
+
+const (
+	churnEndpoints churnKind = "endpoints" // one endpoint's readiness
+	churnRoutes    churnKind = "routes"    // one HTTPRoute backend's weight
+)
+
 // churnChild is the sidecars' process, driven over its stdin and stdout:
-// "gen N up|down" announces change N (answered "ready N"), and "done N"
-// reports that all sidecars applied it.
+// "gen N V" announces change N (V: the endpoint's readiness, 1 or 0, or
+// the backend's weight), answered "ready N"; "done N T..." reports that
+// all sidecars applied it, T the wall-clock times (Unix nanoseconds) at
+// which each did.
 type churnChild struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
@@ -126,7 +178,16 @@ func (c *churnChild) expect(b *testing.B, prefix string, timeout time.Duration) 
 	return ""
 }
 
-func benchChurn(b *testing.B, delta bool) {
+// churnValue is what change i sets: the endpoint's readiness (ready on
+// even changes, as at the start) or the backend's weight.
+func churnValue(kind churnKind, i int) int32 {
+	if kind == churnRoutes {
+		return benchWeight(i)
+	}
+	return int32(1 - i%2)
+}
+
+func benchChurn(b *testing.B, kind churnKind, delta bool) {
 	srv := NewServer(Options{Logger: quiet})
 	for _, n := range threeZones() {
 		srv.UpsertNode(n)
@@ -134,6 +195,9 @@ func benchChurn(b *testing.B, delta bool) {
 	for i := 0; i < benchServices; i++ {
 		srv.UpsertService(service("default", fmt.Sprintf("svc%d", i), nil, "http:80"))
 		srv.UpsertEndpointSlice(benchSlice(i, true))
+	}
+	if kind == churnRoutes {
+		srv.UpsertHTTPRoute(benchRoute(churnValue(kind, 0)))
 	}
 	srv.SetSynced()
 	lis := listen(b, "127.0.0.1:0")
@@ -147,7 +211,7 @@ func benchChurn(b *testing.B, delta bool) {
 	heapServer := heapInuse()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChurnSidecars$", "-test.v=false")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("MESHLET_CHURN_SIDECARS=%s,%v", lis.Addr(), delta))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("MESHLET_CHURN_SIDECARS=%s,%v,%s", lis.Addr(), delta, kind))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -162,7 +226,7 @@ func benchChurn(b *testing.B, delta bool) {
 	}
 	child := &churnChild{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
 	defer func() { in.Close(); _ = cmd.Wait() }()
-	child.expect(b, "done 0", 5*time.Minute) // every sidecar has the initial configuration
+	child.expect(b, "done 0 ", 5*time.Minute) // every sidecar has the initial configuration
 	heapAll := heapInuse()
 	if path := os.Getenv("MESHLET_CHURN_HEAP_PROFILE"); path != "" {
 		// The control plane's heap with every stream open, for pprof.
@@ -175,44 +239,65 @@ func benchChurn(b *testing.B, delta bool) {
 	}
 	childCPU0 := procCPU(b, cmd.Process.Pid)
 	cpu0 := cpuTime()
-	var lat []time.Duration
+	var lat, each []time.Duration
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
-		up := i%2 == 0
-		fmt.Fprintf(in, "gen %d %v\n", i, up)
+		v := churnValue(kind, i)
+		fmt.Fprintf(in, "gen %d %d\n", i, v)
 		child.expect(b, fmt.Sprintf("ready %d", i), 10*time.Second)
 		t0 := time.Now()
-		srv.UpsertEndpointSlice(benchSlice(0, up))
-		child.expect(b, fmt.Sprintf("done %d", i), time.Minute)
+		if kind == churnRoutes {
+			srv.UpsertHTTPRoute(benchRoute(v))
+		} else {
+			srv.UpsertEndpointSlice(benchSlice(0, v == 1))
+		}
+		line := child.expect(b, fmt.Sprintf("done %d ", i), time.Minute)
 		lat = append(lat, time.Since(t0))
+		for _, f := range strings.Fields(line)[2:] {
+			at, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				b.Fatalf("sidecar process: bad time %q in %q", f, line[:min(len(line), 80)])
+			}
+			each = append(each, time.Duration(at-t0.UnixNano()))
+		}
 	}
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
 	childCPU := procCPU(b, cmd.Process.Pid) - childCPU0
-	slices.Sort(lat)
-	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Seconds() * 1000 }
-	b.ReportMetric(q(0.5), "p50-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
+	q := func(ds []time.Duration, p float64) float64 {
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Seconds() * 1000
+	}
+	b.ReportMetric(q(lat, 0.5), "p50-ms")
+	b.ReportMetric(q(lat, 0.99), "p99-ms")
 	b.ReportMetric(lat[len(lat)-1].Seconds()*1000, "max-ms")
+	b.ReportMetric(q(each, 0.5), "each-p50-ms")
+	b.ReportMetric(q(each, 0.99), "each-p99-ms")
 	b.ReportMetric(cpu.Seconds()*1000/float64(b.N), "cpu-ms/change")
 	b.ReportMetric(childCPU.Seconds()*1000/float64(b.N), "sidecars-cpu-ms/change")
 	b.ReportMetric(float64(heapServer)/(1<<20), "server-heap-MiB")
 	b.ReportMetric(float64(heapAll)/(1<<20), "heap-with-streams-MiB")
 }
 
-// TestChurnSidecars is BenchmarkChurn's sidecar process; it does nothing
-// unless started by it (MESHLET_CHURN_SIDECARS=addr,delta).
+// TestChurnSidecars is BenchmarkChurn's and BenchmarkRouteChurn's sidecar
+// process; it does nothing unless started by one of them
+// (MESHLET_CHURN_SIDECARS=addr,delta,kind).
 func TestChurnSidecars(t *testing.T) {
 	env := os.Getenv("MESHLET_CHURN_SIDECARS")
 	if env == "" {
 		t.Skip("helper process of BenchmarkChurn (runs only with MESHLET_CHURN_SIDECARS set)")
 	}
-	addr, deltaS, _ := strings.Cut(env, ",")
-	delta := deltaS == "true"
+	parts := strings.Split(env, ",")
+	if len(parts) != 3 {
+		t.Fatalf("MESHLET_CHURN_SIDECARS=%q: want addr,delta,kind", env)
+	}
+	addr, delta, kind := parts[0], parts[1] == "true", churnKind(parts[2])
 	churned := ClusterName(ServiceHost(nn("default", "svc0"), DefaultClusterDomain), 80)
-	var want atomic.Bool
-	want.Store(true)
+	backend := ClusterName(ServiceHost(nn("default", "svc2"), DefaultClusterDomain), 80)
+	var want atomic.Int32
+	want.Store(churnValue(kind, 0))
 	var gen, done atomic.Int64
+	arrived := make([]atomic.Int64, benchSidecars) // when each sidecar applied the current change
 	var outMu sync.Mutex
 	say := func(format string, args ...any) {
 		outMu.Lock()
@@ -230,19 +315,41 @@ func TestChurnSidecars(t *testing.T) {
 		defer c.Close()
 		conns = append(conns, c)
 	}
+	// applied counts sidecar i once per change, at the first delivery that
+	// has it; the last to apply it reports every sidecar's time.
+	applied := func(i int, seen *atomic.Int64) {
+		cur := gen.Load()
+		if seen.Swap(cur) == cur {
+			return
+		}
+		arrived[i].Store(time.Now().UnixNano())
+		if done.Add(1) == benchSidecars {
+			var line strings.Builder
+			fmt.Fprintf(&line, "done %d", cur)
+			for j := range arrived {
+				fmt.Fprintf(&line, " %d", arrived[j].Load())
+			}
+			say("%s", line.String())
+		}
+	}
 	for i := 0; i < benchSidecars; i++ {
-		var seen atomic.Int64
+		seen := new(atomic.Int64)
 		seen.Store(-1)
-		c, err := adsclient.New(adsclient.Options{
-			Conn: conns[i%benchConns], Node: &corev3.Node{Id: fmt.Sprintf("sc%d.default", i)}, Delta: delta, Logger: quiet,
-			OnClusters: func(cs []config.Cluster) {
-				h, found := churnHealthy(cs, churned)
-				cur := gen.Load()
-				if found && h == want.Load() && seen.Swap(cur) != cur && done.Add(1) == benchSidecars {
-					say("done %d", cur)
+		opts := adsclient.Options{Conn: conns[i%benchConns], Node: &corev3.Node{Id: fmt.Sprintf("sc%d.default", i)}, Delta: delta, Logger: quiet}
+		if kind == churnRoutes {
+			opts.OnRoutes = func(rs []config.Route) {
+				if w, found := churnWeight(rs, churned, backend); found && int32(w) == want.Load() {
+					applied(i, seen)
 				}
-			},
-		})
+			}
+		} else {
+			opts.OnClusters = func(cs []config.Cluster) {
+				if h, found := churnHealthy(cs, churned); found && h == (want.Load() == 1) {
+					applied(i, seen)
+				}
+			}
+		}
+		c, err := adsclient.New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,12 +358,12 @@ func TestChurnSidecars(t *testing.T) {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		var n int64
-		var up bool
-		if _, err := fmt.Sscanf(sc.Text(), "gen %d %t", &n, &up); err != nil {
+		var v int32
+		if _, err := fmt.Sscanf(sc.Text(), "gen %d %d", &n, &v); err != nil {
 			t.Fatalf("bad command %q: %v", sc.Text(), err)
 		}
 		done.Store(0)
-		want.Store(up)
+		want.Store(v)
 		gen.Store(n)
 		say("ready %d", n)
 	}

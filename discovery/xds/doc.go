@@ -16,18 +16,19 @@
 //
 // # Routes (Gateway API for mesh, GAMMA)
 //
-// HTTPRoutes (gateway.networking.k8s.io/v1, RunInformersWithRoutes) whose
-// parentRefs name a Service (group "", kind Service) route the requests
-// sent to that Service's cluster IPs. A route in the Service's namespace
-// is a producer route and applies to every client; one in another
-// namespace is a consumer route, applies only to sidecars of its own
-// namespace, and for them replaces the Service's producer routes on all
-// its ports (GEP-1294). A parentRef's port (the Service port's number)
-// and sectionName (its name) restrict it to that port, else it attaches
-// to every TCP port; headless and ExternalName Services are no parents.
-// Hostnames are ignored, as GEP-1294 asks of meshes. Cross-namespace
-// backends need no ReferenceGrant: GEP-1294 exempts mesh routes, which
-// reach nothing their clients could not reach anyway.
+// HTTPRoutes and GRPCRoutes (gateway.networking.k8s.io/v1,
+// RunInformersWithRoutes) whose parentRefs name a Service (group "",
+// kind Service) route the requests sent to that Service's cluster IPs. A
+// route in the Service's namespace is a producer route and applies to
+// every client; one in another namespace is a consumer route, applies
+// only to sidecars of its own namespace, and for them replaces the
+// Service's producer routes on all its ports (GEP-1294). A parentRef's
+// port (the Service port's number) and sectionName (its name) restrict
+// it to that port, else it attaches to every TCP port; headless and
+// ExternalName Services are no parents. Hostnames are ignored, as
+// GEP-1294 asks of meshes. Cross-namespace backends need no
+// ReferenceGrant: GEP-1294 exempts mesh routes, which reach nothing their
+// clients could not reach anyway.
 //
 // Every Service port with an attached route gets one Envoy
 // RouteConfiguration named as its cluster (outbound|80||echo.ns.svc...),
@@ -40,25 +41,52 @@
 // small resource. Sidecars whose namespace has consumer routes form
 // groups of their own (the group key gains the namespace only then).
 //
-// Each rule match becomes one route, in Gateway API's precedence over all
-// routes of the parent (first match wins, as in Envoy): exact path, then
-// regular expression (its place is the implementation's: before the
-// prefixes, so that a catch-all "/" does not hide it), then the longest
-// prefix, a method, the most headers, the most query parameters; then the
-// oldest route, namespace/name, rule and match order. Translated: path,
-// header (":method" for the method) and query matches, exact or RE2;
-// RequestHeaderModifier and ResponseHeaderModifier on rules and
-// backendRefs; RequestRedirect (its port defaulting to the scheme's, else
-// the Service port); URLRewrite (host, full path, prefix); weighted
-// Service backends, an invalid one's share answered 500 through a
-// cluster that does not exist, all invalid or all weights 0 a direct 500;
-// timeouts (request, default 0s, none, as Istio does; backendRequest per
-// try); GEP-1731 retry, else the Service's annotated retry policy. A rule
-// with a filter meshlet cannot carry out (RequestMirror, CORS,
-// ExternalAuth) is dropped; an ExtensionRef answers 500. The status
-// (MeshControllerName's status.parents entries: Accepted, ResolvedRefs,
-// PartiallyInvalid) is written by a rate-limited workqueue, only when it
-// differs, with the resourceVersion read, so replicas never fight.
+// One route kind applies to a Service port: where GRPCRoutes and
+// HTTPRoutes of one audience (the producer's, or one consumer
+// namespace's) attach to the same port, only the GRPCRoutes apply, and
+// the HTTPRoutes' Accepted is False with reason Conflicted (True, naming
+// the ports held, when they keep other ports). That is GEP-1294's rule
+// (route kinds in the order GRPCRoute, HTTPRoute, TLSRoute, TCPRoute;
+// Linkerd does the same), and the GRPCRoute spec forbids merging the two
+// kinds' rules. Istio merges them into one table, both Accepted (so far
+// for Gateway listeners, istio/istio#59222); meshlet does not.
+//
+// Each rule match becomes one route, in its kind's precedence over all
+// routes of the parent port (first match wins, as in Envoy). HTTPRoute:
+// exact path, then regular expression (its place is the implementation's:
+// before the prefixes, so that a catch-all "/" does not hide it), then the
+// longest prefix, a method, the most headers, the most query parameters.
+// GRPCRoute: the most characters of service, then of method (a regular
+// expression's own characters), then the most headers. Then, for both,
+// the oldest route, namespace/name, rule and match order.
+//
+// HTTPRoute translates path, header (":method" for the method) and query
+// matches, exact or RE2; RequestHeaderModifier and ResponseHeaderModifier
+// on rules and backendRefs; RequestRedirect (its port defaulting to the
+// scheme's, else the Service port); URLRewrite (host, full path, prefix);
+// weighted Service backends, an invalid one's share answered 500 through
+// a cluster that does not exist, all invalid or all weights 0 a direct
+// 500; timeouts (request, default 0s, none, as Istio does;
+// backendRequest per try); GEP-1731 retry, else the Service's annotated
+// retry policy. A rule with a filter meshlet cannot carry out
+// (RequestMirror, CORS, ExternalAuth) is dropped; an ExtensionRef
+// answers 500.
+//
+// GRPCRoute matches the method on the path gRPC sends, /service/method:
+// Exact service and method the exact path, service alone the prefix
+// /service/, method alone /[^/]+/method; RegularExpression the RE2
+// expression /(service)/(method), an unset part one path segment.
+// Headers, header modifiers (rule and backendRef), weights, the dropped
+// RequestMirror and ExtensionRef's 500 are as for HTTPRoute. An invalid
+// backend's share and a rule with nothing to forward to answer 503, which
+// gRPC clients read as UNAVAILABLE (the sidecar's local replies to gRPC
+// requests say grpc-status 14), the status the GRPCRoute spec asks for.
+// No timeout; the Service's retry policy.
+//
+// The status (MeshControllerName's status.parents entries: Accepted,
+// ResolvedRefs, PartiallyInvalid) of both kinds is written by a
+// rate-limited workqueue, only when it differs, with the resourceVersion
+// read, so replicas never fight.
 //
 // The sidecar side (package discovery/adsclient) translates what it
 // receives with the same functions as the static config file

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,23 +32,23 @@ const statusAnnotation = "meshlet.io/status"
 // else of them). s reads the informers' listers, and their events only
 // mark what changed. Once every cache has synced it calls s.SetSynced, so
 // sidecars never get an empty mesh. It returns when ctx ends, or with an
-// error if the caches never sync. It watches no HTTPRoutes; see
+// error if the caches never sync. It watches no routes; see
 // RunInformersWithRoutes.
 func RunInformers(ctx context.Context, client kubernetes.Interface, s *Server, resync time.Duration) error {
 	return RunInformersWithRoutes(ctx, client, nil, s, resync)
 }
 
-// httpRouteGroupVersion is where HTTPRoutes are served.
-var httpRouteGroupVersion = gatewayv1.SchemeGroupVersion.String()
+// routeGroupVersion is where HTTPRoutes and GRPCRoutes are served.
+var routeGroupVersion = gatewayv1.SchemeGroupVersion.String()
 
 // RunInformersWithRoutes is RunInformers that also watches Gateway API
-// HTTPRoutes (gateway.networking.k8s.io/v1) through gw, translating those
-// with Service parents into RouteConfigurations, and writes their status
-// (MeshControllerName's entries). A nil gw watches none. When the API
-// server does not serve HTTPRoutes (the CRD is not installed: its
-// discovery answers NotFound, and an informer would retry its list for
-// ever and never sync), it logs that once and serves no routes;
-// installing the CRD later takes a restart.
+// HTTPRoutes and GRPCRoutes (gateway.networking.k8s.io/v1) through gw,
+// translating those with Service parents into RouteConfigurations, and
+// writes their status (MeshControllerName's entries). A nil gw watches
+// none. A kind the API server does not serve (its CRD is not installed,
+// or not at v1: an informer would retry its list for ever and never
+// sync) is logged once and left out; installing the CRD later takes a
+// restart.
 func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw gatewayclient.Interface, s *Server, resync time.Duration) error {
 	f := informers.NewSharedInformerFactory(client, resync)
 	svc := f.Core().V1().Services()
@@ -77,38 +76,47 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 		return fmt.Errorf("xds: endpointslice index: %w", err)
 	}
 	var gf gatewayinformers.SharedInformerFactory
-	var routeInf cache.SharedIndexInformer
+	var routeInfs []cache.SharedIndexInformer
 	var status *routeStatusWriter
-	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()) // stays empty without HTTPRoutes
+	// The stores stay empty for kinds not served.
+	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers())
+	grpcRoutes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers())
 	if gw != nil {
-		served, err := httpRoutesServed(ctx, gw)
+		served, err := routesServed(ctx, gw)
 		if err != nil {
 			return err
 		}
-		if !served {
-			s.log.Warn("HTTPRoutes not served (Gateway API CRDs not installed?): no routes", "group_version", httpRouteGroupVersion)
-		} else {
-			gf = gatewayinformers.NewSharedInformerFactory(gw, resync)
-			routeInf = gf.Gateway().V1().HTTPRoutes().Informer()
-			if err := routeInf.SetTransform(func(obj any) (any, error) {
-				if r, ok := obj.(*gatewayv1.HTTPRoute); ok {
-					r.ManagedFields = nil // never read, and large
-				}
-				return obj, nil
-			}); err != nil {
-				return fmt.Errorf("xds: httproute informer: %w", err)
+		gf = gatewayinformers.NewSharedInformerFactory(gw, resync)
+		for _, k := range []struct {
+			resource, what string
+			informer       func() cache.SharedIndexInformer
+			store          *cache.Indexer
+		}{
+			{"httproutes", "HTTPRoutes", func() cache.SharedIndexInformer { return gf.Gateway().V1().HTTPRoutes().Informer() }, &routes},
+			{"grpcroutes", "GRPCRoutes", func() cache.SharedIndexInformer { return gf.Gateway().V1().GRPCRoutes().Informer() }, &grpcRoutes},
+		} {
+			if !served[k.resource] {
+				s.log.Warn(k.what+" not served (Gateway API CRDs not installed?): no routes", "group_version", routeGroupVersion)
+				continue
+			}
+			inf := k.informer()
+			if err := inf.SetTransform(dropManagedFields); err != nil {
+				return fmt.Errorf("xds: %s informer: %w", k.resource, err)
 			}
 			idx := routeIndexers()
 			delete(idx, cache.NamespaceIndex) // the informer has it
-			if err := routeInf.AddIndexers(idx); err != nil {
-				return fmt.Errorf("xds: httproute index: %w", err)
+			if err := inf.AddIndexers(idx); err != nil {
+				return fmt.Errorf("xds: %s index: %w", k.resource, err)
 			}
-			routes = routeInf.GetIndexer()
-			status = newRouteStatusWriter(gw, routes, svc.Lister(), s.opts.ClusterDomain, s.log)
+			*k.store = inf.GetIndexer()
+			routeInfs = append(routeInfs, inf)
+		}
+		if len(routeInfs) > 0 {
+			status = newRouteStatusWriter(gw, routes, grpcRoutes, svc.Lister(), s.opts.ClusterDomain, s.log)
 		}
 	}
 	s.useSources(sources{services: svc.Lister(), slices: eps.Informer().GetIndexer(), nodes: nodes.Lister(), pods: pods.Lister(),
-		routes: routes})
+		routes: routes, grpcRoutes: grpcRoutes})
 	// Each handler gets the object before and after a change (nil when
 	// added or deleted), as the Upsert and Delete methods do.
 	handlers := []struct {
@@ -130,15 +138,13 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 		{nodes.Informer(), func(old, cur any) { s.nodeChanged(as[*corev1.Node](old), as[*corev1.Node](cur)) }},
 		{pods.Informer(), func(old, cur any) { s.podChanged(as[*corev1.Pod](old), as[*corev1.Pod](cur)) }},
 	}
-	if routeInf != nil {
+	for _, inf := range routeInfs {
 		handlers = append(handlers, struct {
 			inf    cache.SharedIndexInformer
 			change func(old, cur any)
-		}{routeInf, func(old, cur any) {
-			s.routeChanged(as[*gatewayv1.HTTPRoute](old), as[*gatewayv1.HTTPRoute](cur))
-			if cur != nil {
-				status.routeEvent(cur)
-			}
+		}{inf, func(old, cur any) {
+			s.routeChanged(old, cur)
+			status.routeChanged(old, cur)
 		}})
 	}
 	for _, h := range handlers {
@@ -158,7 +164,7 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 	synced := f.WaitForCacheSync(ctx.Done())
-	if gf != nil {
+	if len(routeInfs) > 0 {
 		gf.Start(ctx.Done())
 		defer gf.Shutdown()
 		maps.Copy(synced, gf.WaitForCacheSync(ctx.Done()))
@@ -176,26 +182,36 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 	return nil
 }
 
-// httpRoutesServed asks the API server's discovery whether it serves
-// httproutes in gateway.networking.k8s.io/v1: NotFound (the group or
-// version is unknown) or a list without them means no. Other errors are
-// retried every second until ctx ends, since the other informers need
-// the API server as much.
-func httpRoutesServed(ctx context.Context, gw gatewayclient.Interface) (bool, error) {
-	var served bool
+// dropManagedFields is the route informers' transform: managed fields
+// are never read, and large.
+func dropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// routesServed asks the API server's discovery which resources it serves
+// in gateway.networking.k8s.io/v1: NotFound (the group or version is
+// unknown) means none. Other errors are retried every second until ctx
+// ends, since the other informers need the API server as much.
+func routesServed(ctx context.Context, gw gatewayclient.Interface) (map[string]bool, error) {
+	served := map[string]bool{}
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := gw.Discovery().ServerResourcesForGroupVersion(httpRouteGroupVersion)
+		list, err := gw.Discovery().ServerResourcesForGroupVersion(routeGroupVersion)
 		switch {
 		case apierrors.IsNotFound(err):
 			return true, nil
 		case err != nil:
 			return false, nil
 		}
-		served = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "httproutes" })
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
 		return true, nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("xds: discovery of %s: %w", httpRouteGroupVersion, err)
+		return nil, fmt.Errorf("xds: discovery of %s: %w", routeGroupVersion, err)
 	}
 	return served, nil
 }

@@ -3,6 +3,8 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,20 +18,24 @@ import (
 )
 
 // runRouteInformers runs RunInformersWithRoutes and the server on fake
-// clients holding shop's Services and route, the gateway client serving
-// HTTPRoutes or not. It returns the server, the gateway client and how
-// many times the missing CRD was logged.
-func runRouteInformers(t *testing.T, served bool, route *gatewayv1.HTTPRoute) (*Server, *gatewayfake.Clientset, *atomic.Int64) {
+// clients holding shop's Services and routes, the gateway client serving
+// the resources named (httproutes, grpcroutes). It returns the server,
+// the gateway client and how many times the missing HTTPRoute CRD was
+// logged.
+func runRouteInformers(t *testing.T, served []string, routes ...runtime.Object) (*Server, *gatewayfake.Clientset, *atomic.Int64) {
 	t.Helper()
 	var objs []runtime.Object
 	for _, s := range shop() {
 		objs = append(objs, s)
 	}
 	kube := k8sfake.NewClientset(objs...)
-	gw := gatewayfake.NewSimpleClientset(route)
-	if served {
-		gw.Resources = []*metav1.APIResourceList{{GroupVersion: "gateway.networking.k8s.io/v1",
-			APIResources: []metav1.APIResource{{Name: "httproutes", Kind: "HTTPRoute", Namespaced: true}}}}
+	gw := gatewayfake.NewSimpleClientset(routes...)
+	if len(served) > 0 {
+		list := &metav1.APIResourceList{GroupVersion: "gateway.networking.k8s.io/v1"}
+		for _, r := range served {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: r, Namespaced: true})
+		}
+		gw.Resources = []*metav1.APIResourceList{list}
 	}
 	var missing atomic.Int64
 	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served (Gateway API CRDs not installed?): no routes", &missing})
@@ -57,12 +63,19 @@ func hasRoutes(s *Server) bool {
 	return s.routeResults[nn("shop", "echo")] != nil
 }
 
+// producerRoutes are the clusters with producer routes of shop/echo.
+func producerRoutes(s *Server) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.routeResults[nn("shop", "echo")].forNamespace("")))
+}
+
 // TestInformersWithoutRouteCRD: an API server without the HTTPRoute CRD
 // (discovery answers NotFound) is logged once; the mesh still syncs,
 // with no routes.
 func TestInformersWithoutRouteCRD(t *testing.T) {
 	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	s, _, missing := runRouteInformers(t, false, route)
+	s, _, missing := runRouteInformers(t, nil, route)
 	eq(t, missing.Load(), int64(1))
 	eq(t, hasRoutes(s), false)
 	eq(t, s.ServiceError(nn("shop", "echo")), nil)
@@ -72,22 +85,41 @@ func TestInformersWithoutRouteCRD(t *testing.T) {
 	eq(t, n, 3)
 }
 
-// TestInformersWithRoutes: HTTPRoutes from the informer are translated
-// before the first snapshot, their status is written, and a route
-// change through the API reaches the model.
+// TestInformersWithRoutes: HTTPRoutes and GRPCRoutes from the informers
+// are translated before the first snapshot, their status is written, and
+// a route change through the API reaches the model.
 func TestInformersWithRoutes(t *testing.T) {
 	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	s, gw, missing := runRouteInformers(t, true, route)
+	grpc := grpcRoute("shop", "g", 0, []gatewayv1.ParentReference{svcRef("", "echo", 8080)}, grule(nil, gto("", "v1", 80, nil)))
+	s, gw, missing := runRouteInformers(t, []string{"httproutes", "grpcroutes"}, route, grpc)
 	eq(t, missing.Load(), int64(0))
-	eq(t, hasRoutes(s), true) // in the first synced rebuild
-	routes := gw.GatewayV1().HTTPRoutes("shop")
-	waitFor(t, "the route's status", func() bool {
+	eq(t, producerRoutes(s), []string{echo8080, echo80}) // in the first synced rebuild (sorted)
+	routes, grpcs := gw.GatewayV1().HTTPRoutes("shop"), gw.GatewayV1().GRPCRoutes("shop")
+	waitFor(t, "the routes' status", func() bool {
 		r, err := routes.Get(context.Background(), "r", metav1.GetOptions{})
-		return err == nil && len(r.Status.Parents) == 1 &&
-			meta.IsStatusConditionTrue(r.Status.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted))
+		g, gerr := grpcs.Get(context.Background(), "g", metav1.GetOptions{})
+		return err == nil && gerr == nil && len(r.Status.Parents) == 1 && len(g.Status.Parents) == 1 &&
+			meta.IsStatusConditionTrue(r.Status.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted)) &&
+			meta.IsStatusConditionTrue(g.Status.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted))
 	})
+	if err := grpcs.Delete(context.Background(), "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the GRPCRoute's deletion", func() bool { return slices.Equal(producerRoutes(s), []string{echo80}) })
 	if err := routes.Delete(context.Background(), "r", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the route's deletion", func() bool { return !hasRoutes(s) })
+}
+
+// TestInformersWithoutGRPCRouteCRD: an API server serving HTTPRoutes but
+// not GRPCRoutes (an older Gateway API, whose GRPCRoute is not at v1)
+// translates the HTTPRoutes; the GRPCRoute informer is never started, so
+// the caches sync.
+func TestInformersWithoutGRPCRouteCRD(t *testing.T) {
+	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
+	grpc := grpcRoute("shop", "g", 0, []gatewayv1.ParentReference{svcRef("", "echo", 8080)}, grule(nil, gto("", "v1", 80, nil)))
+	s, _, missing := runRouteInformers(t, []string{"httproutes"}, route, grpc)
+	eq(t, missing.Load(), int64(0))
+	eq(t, producerRoutes(s), []string{echo80})
 }

@@ -32,13 +32,14 @@ type sources struct {
 	slices   cache.Indexer // with sliceServiceIndex
 	nodes    corelisters.NodeLister
 	pods     corelisters.PodLister
-	routes   cache.Indexer // HTTPRoutes, with routeIndexers
+	// HTTPRoutes and GRPCRoutes, each with routeIndexers.
+	routes, grpcRoutes cache.Indexer
 }
 
 // ownStores are the stores a server without informers is fed through
 // (UpsertService and the like): the same indexers an informer keeps.
 type ownStores struct {
-	services, slices, nodes, pods, routes cache.Indexer
+	services, slices, nodes, pods, routes, grpcRoutes cache.Indexer
 }
 
 func newOwnStores() ownStores {
@@ -50,13 +51,15 @@ func newOwnStores() ownStores {
 		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		pods:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns),
 
-		routes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
+		routes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
+		grpcRoutes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
 	}
 }
 
 func (o ownStores) sources() sources {
 	return sources{services: corelisters.NewServiceLister(o.services), slices: o.slices,
-		nodes: corelisters.NewNodeLister(o.nodes), pods: corelisters.NewPodLister(o.pods), routes: o.routes}
+		nodes: corelisters.NewNodeLister(o.nodes), pods: corelisters.NewPodLister(o.pods), routes: o.routes,
+		grpcRoutes: o.grpcRoutes}
 }
 
 // useSources makes the server read src (RunInformers' listers) instead of

@@ -10,31 +10,26 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-// The HTTPRoute indexes: by the Services a route names as parents, and
-// by those it names as backends, so that a change of one Service
-// retranslates only the routes it can change.
+// The route indexes, of HTTPRoutes and GRPCRoutes alike: by the
+// Services a route names as parents, and by those it names as backends,
+// so that a change of one Service retranslates only the routes it can
+// change.
 const (
 	routeParentIndex  = "parent"
 	routeBackendIndex = "backend"
 )
 
-// routeIndexers are the indexes every HTTPRoute store keeps.
+// routeIndexers are the indexes every route store keeps.
 func routeIndexers() cache.Indexers {
 	return cache.Indexers{
 		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 		routeParentIndex: func(obj any) ([]string, error) {
-			r, ok := obj.(*gatewayv1.HTTPRoute)
-			if !ok {
-				return nil, nil
-			}
-			return keyStrings(routeParents(r)), nil
+			parents, _ := routeRefs(obj)
+			return keyStrings(parents), nil
 		},
 		routeBackendIndex: func(obj any) ([]string, error) {
-			r, ok := obj.(*gatewayv1.HTTPRoute)
-			if !ok {
-				return nil, nil
-			}
-			return keyStrings(routeBackends(r)), nil
+			_, backends := routeRefs(obj)
+			return keyStrings(backends), nil
 		},
 	}
 }
@@ -47,34 +42,77 @@ func keyStrings(keys []types.NamespacedName) []string {
 	return out
 }
 
-// routeParents are the Services a route names as parents, once each.
-func routeParents(r *gatewayv1.HTTPRoute) []types.NamespacedName {
-	var out []types.NamespacedName
-	for _, ref := range r.Spec.ParentRefs {
-		if k := parentService(r.Namespace, ref); isServiceParent(ref) && !slices.Contains(out, k) {
-			out = append(out, k)
+// routeRefs are the Services an HTTPRoute or GRPCRoute names as parents
+// and as backends, once each (backends whatever their kind: a Service of
+// that name coming or going changes nothing for a non-Service ref, and
+// costs a retranslation at most); none for anything else.
+func routeRefs(obj any) (parents, backends []types.NamespacedName) {
+	var ns string
+	var refs []gatewayv1.ParentReference
+	var bs []gatewayv1.BackendRef
+	switch r := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		if r == nil {
+			return nil, nil
+		}
+		ns, refs = r.Namespace, r.Spec.ParentRefs
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				bs = append(bs, b.BackendRef)
+			}
+		}
+	case *gatewayv1.GRPCRoute:
+		if r == nil {
+			return nil, nil
+		}
+		ns, refs = r.Namespace, r.Spec.ParentRefs
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				bs = append(bs, b.BackendRef)
+			}
+		}
+	default:
+		return nil, nil
+	}
+	for _, ref := range refs {
+		if k := parentService(ns, ref); isServiceParent(ref) && !slices.Contains(parents, k) {
+			parents = append(parents, k)
 		}
 	}
-	return out
+	for _, b := range bs {
+		k := types.NamespacedName{Namespace: ns, Name: string(b.Name)}
+		if b.Namespace != nil && *b.Namespace != "" {
+			k.Namespace = string(*b.Namespace)
+		}
+		if !slices.Contains(backends, k) {
+			backends = append(backends, k)
+		}
+	}
+	return parents, backends
 }
 
-// routeBackends are the Services a route names as backends, once each
-// (whatever their kind: a Service of that name coming or going changes
-// nothing for a non-Service ref, and costs a retranslation at most).
-func routeBackends(r *gatewayv1.HTTPRoute) []types.NamespacedName {
-	var out []types.NamespacedName
-	for _, rule := range r.Spec.Rules {
-		for _, b := range rule.BackendRefs {
-			k := types.NamespacedName{Namespace: r.Namespace, Name: string(b.Name)}
-			if b.Namespace != nil && *b.Namespace != "" {
-				k.Namespace = string(*b.Namespace)
-			}
-			if !slices.Contains(out, k) {
-				out = append(out, k)
-			}
+// routeKey names a route of either kind.
+type routeKey struct {
+	kind routeKind
+	types.NamespacedName
+}
+
+func (k routeKey) String() string { return k.kind.String() + " " + k.NamespacedName.String() }
+
+// routeKeyOf is the key of an HTTPRoute or GRPCRoute; false for anything
+// else.
+func routeKeyOf(obj any) (routeKey, bool) {
+	switch r := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		if r != nil {
+			return routeKey{httpRouteKind, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}}, true
+		}
+	case *gatewayv1.GRPCRoute:
+		if r != nil {
+			return routeKey{grpcRouteKind, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}}, true
 		}
 	}
-	return out
+	return routeKey{}, false
 }
 
 // UpsertHTTPRoute adds or replaces an HTTPRoute in the server's own store.
@@ -87,15 +125,24 @@ func (s *Server) DeleteHTTPRoute(key types.NamespacedName) {
 	s.routeChanged(remove[*gatewayv1.HTTPRoute](s.own.routes, key.String()), nil)
 }
 
-// routeChanged marks the parents of a route before and after a change
-// (nil: none) for route translation.
-func (s *Server) routeChanged(old, cur *gatewayv1.HTTPRoute) {
+// UpsertGRPCRoute adds or replaces a GRPCRoute in the server's own store.
+func (s *Server) UpsertGRPCRoute(r *gatewayv1.GRPCRoute) {
+	s.routeChanged(replace(s.own.grpcRoutes, r), r)
+}
+
+// DeleteGRPCRoute removes a GRPCRoute from the server's own store.
+func (s *Server) DeleteGRPCRoute(key types.NamespacedName) {
+	s.routeChanged(remove[*gatewayv1.GRPCRoute](s.own.grpcRoutes, key.String()), nil)
+}
+
+// routeChanged marks the parents of a route of either kind before and
+// after a change (nil: none) for route translation.
+func (s *Server) routeChanged(old, cur any) {
 	s.mu.Lock()
-	for _, r := range []*gatewayv1.HTTPRoute{old, cur} {
-		if r != nil {
-			for _, p := range routeParents(r) {
-				s.routeDirty[p] = true
-			}
+	for _, r := range []any{old, cur} {
+		parents, _ := routeRefs(r)
+		for _, p := range parents {
+			s.routeDirty[p] = true
 		}
 	}
 	s.mu.Unlock()
@@ -145,10 +192,13 @@ func (s *Server) translateRoutesLocked() bool {
 	parents := s.routeDirty
 	for k := range s.routeSvcDirty {
 		parents[k] = true
-		objs, _ := s.src.routes.ByIndex(routeBackendIndex, k.String())
-		for _, o := range objs {
-			for _, p := range routeParents(o.(*gatewayv1.HTTPRoute)) {
-				parents[p] = true
+		for _, store := range []cache.Indexer{s.src.routes, s.src.grpcRoutes} {
+			objs, _ := store.ByIndex(routeBackendIndex, k.String())
+			for _, o := range objs {
+				ps, _ := routeRefs(o)
+				for _, p := range ps {
+					parents[p] = true
+				}
 			}
 		}
 	}
@@ -177,8 +227,12 @@ func (s *Server) translateParentLocked(parent types.NamespacedName) *parentRoute
 	if t == nil || t.err != nil || len(t.clusters) == 0 {
 		return nil
 	}
-	objs, err := s.src.routes.ByIndex(routeParentIndex, parent.String())
-	if err != nil || len(objs) == 0 {
+	var objs []any
+	for _, store := range []cache.Indexer{s.src.routes, s.src.grpcRoutes} {
+		o, _ := store.ByIndex(routeParentIndex, parent.String())
+		objs = append(objs, o...)
+	}
+	if len(objs) == 0 {
 		return nil
 	}
 	byPort := map[int32]ServiceCluster{}
@@ -187,36 +241,26 @@ func (s *Server) translateParentLocked(parent types.NamespacedName) *parentRoute
 	}
 	// attached[audience][cluster]: audience "" for producer routes, else
 	// the consumer route's namespace.
-	attached := map[string]map[string][]attachedRoute{}
+	attached := map[string]map[string][]*meshRoute{}
 	for _, o := range objs {
-		route := o.(*gatewayv1.HTTPRoute)
-		rules := analyzeRules(route, s.lookupService, s.opts.ClusterDomain)
-		if !slices.ContainsFunc(rules, func(r ruleResult) bool { return r.dropped == "" }) {
-			continue // not accepted: no rule meshlet can carry out
+		mr := analyzeRoute(o, s.lookupService, s.opts.ClusterDomain)
+		if mr == nil {
+			continue
 		}
 		audience := ""
-		if route.Namespace != parent.Namespace {
-			audience = route.Namespace
+		if mr.key.Namespace != parent.Namespace {
+			audience = mr.key.Namespace
 		}
-		ports := map[int32]bool{}
-		for _, ref := range route.Spec.ParentRefs {
-			if !isServiceParent(ref) || parentService(route.Namespace, ref) != parent {
-				continue
-			}
-			for _, sp := range resolveParent(route.Namespace, ref, s.lookupService).ports {
-				ports[sp.Port] = true
-			}
-		}
-		for port := range ports {
+		for _, port := range mr.attachedPorts(parent, s.lookupService) {
 			sc, ok := byPort[port]
 			if !ok {
 				continue
 			}
 			if attached[audience] == nil {
-				attached[audience] = map[string][]attachedRoute{}
+				attached[audience] = map[string][]*meshRoute{}
 			}
 			name := sc.Cluster.GetName()
-			attached[audience][name] = append(attached[audience][name], attachedRoute{route: route, rules: rules})
+			attached[audience][name] = append(attached[audience][name], mr)
 		}
 	}
 	if len(attached) == 0 {
@@ -230,7 +274,7 @@ func (s *Server) translateParentLocked(parent types.NamespacedName) *parentRoute
 	for _, audience := range slices.Sorted(maps.Keys(attached)) {
 		rcs := map[string]hashed{}
 		for name, routes := range attached[audience] {
-			rc := buildRouteConfiguration(newParentPort(byCluster[name]), routes)
+			rc := buildRouteConfiguration(newParentPort(byCluster[name]), oneKind(routes))
 			rcs[name] = hashResource(rc.GetName(), rc)
 		}
 		if audience == "" {
@@ -243,6 +287,42 @@ func (s *Server) translateParentLocked(parent types.NamespacedName) *parentRoute
 		pr.consumers[audience] = rcs
 	}
 	return pr
+}
+
+// oneKind keeps the routes of the one kind that applies to a Service
+// port: GEP-1294 has only one route kind apply to a Service and port,
+// GRPCRoute before HTTPRoute, and the GRPCRoute spec forbids merging the
+// two. The HTTPRoutes left out say so in their status (Conflicted).
+func oneKind(routes []*meshRoute) []*meshRoute {
+	if !slices.ContainsFunc(routes, func(mr *meshRoute) bool { return mr.kind == grpcRouteKind }) {
+		return routes
+	}
+	return slices.DeleteFunc(slices.Clone(routes), func(mr *meshRoute) bool { return mr.kind != grpcRouteKind })
+}
+
+// grpcClaims lists, by port, the GRPCRoutes of namespace ns in store
+// (with routeIndexers) attached to parent's ports: an HTTPRoute of the
+// same namespace (the same audience: producer routes are in the
+// Service's namespace, a consumer's in its own) gives way to them there.
+func grpcClaims(store cache.Indexer, parent types.NamespacedName, ns string, lookup serviceLookup, domain string) map[int32][]string {
+	objs, _ := store.ByIndex(routeParentIndex, parent.String())
+	var claims map[int32][]string
+	for _, o := range objs {
+		mr := analyzeRoute(o, lookup, domain)
+		if mr == nil || mr.kind != grpcRouteKind || mr.key.Namespace != ns {
+			continue
+		}
+		for _, port := range mr.attachedPorts(parent, lookup) {
+			if claims == nil {
+				claims = map[int32][]string{}
+			}
+			claims[port] = append(claims[port], routeKey{mr.kind, mr.key}.String())
+		}
+	}
+	for _, names := range claims {
+		slices.Sort(names)
+	}
+	return claims
 }
 
 // consumerNamespaceLocked is the client namespace a sidecar's group is

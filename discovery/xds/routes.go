@@ -15,15 +15,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
 // MeshControllerName is the controllerName of the entries meshlet writes
-// in an HTTPRoute's status.parents, one per Service parentRef.
+// in an HTTPRoute's or GRPCRoute's status.parents, one per Service
+// parentRef.
 const MeshControllerName gatewayv1.GatewayController = "meshlet.io/mesh"
 
 // invalidBackendPrefix names the clusters that stand for invalid
@@ -32,6 +35,102 @@ const MeshControllerName gatewayv1.GatewayController = "meshlet.io/mesh"
 // cluster_not_found_response_code, set to INTERNAL_SERVER_ERROR: the 500
 // the spec asks for, for exactly that share.
 const invalidBackendPrefix = "meshlet|invalid-backend|"
+
+// routeKind is the kind of a Gateway API route meshlet translates.
+type routeKind uint8
+
+const (
+	httpRouteKind routeKind = iota
+	grpcRouteKind
+)
+
+func (k routeKind) String() string {
+	if k == grpcRouteKind {
+		return "GRPCRoute"
+	}
+	return "HTTPRoute"
+}
+
+// noBackendStatus is what a request gets when its rule has nothing to
+// forward it to, and what an invalid backend's share gets: 500 for an
+// HTTPRoute, as its spec says; 503 for a GRPCRoute, whose spec asks for
+// UNAVAILABLE, which is what gRPC clients read a 503 as (and what the
+// sidecar's local replies to gRPC requests put in grpc-status).
+func (k routeKind) noBackendStatus() uint32 {
+	if k == grpcRouteKind {
+		return 503
+	}
+	return 500
+}
+
+// meshRoute is a route of either kind as translation and status read
+// it: who it is, its parentRefs and status, and its rules, checked.
+type meshRoute struct {
+	kind       routeKind
+	key        types.NamespacedName
+	created    time.Time
+	generation int64
+	parents    []gatewayv1.ParentReference
+	status     gatewayv1.RouteStatus
+	rules      []ruleResult
+}
+
+// analyzeRoute checks every rule of an HTTPRoute or GRPCRoute and
+// resolves its backends, once for every parent; nil for anything else.
+func analyzeRoute(obj any, lookup serviceLookup, domain string) *meshRoute {
+	switch r := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		if r == nil {
+			return nil
+		}
+		mr := newMeshRoute(httpRouteKind, &r.ObjectMeta, r.Spec.ParentRefs, r.Status.RouteStatus)
+		for i := range r.Spec.Rules {
+			mr.rules = append(mr.rules, analyzeHTTPRule(r.Namespace, &r.Spec.Rules[i], lookup, domain))
+		}
+		return mr
+	case *gatewayv1.GRPCRoute:
+		if r == nil {
+			return nil
+		}
+		mr := newMeshRoute(grpcRouteKind, &r.ObjectMeta, r.Spec.ParentRefs, r.Status.RouteStatus)
+		for i := range r.Spec.Rules {
+			mr.rules = append(mr.rules, analyzeGRPCRule(r.Namespace, &r.Spec.Rules[i], lookup, domain))
+		}
+		return mr
+	}
+	return nil
+}
+
+func newMeshRoute(kind routeKind, m *metav1.ObjectMeta, parents []gatewayv1.ParentReference, st gatewayv1.RouteStatus) *meshRoute {
+	return &meshRoute{kind: kind, key: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, created: m.CreationTimestamp.Time,
+		generation: m.Generation, parents: parents, status: st}
+}
+
+// carried says whether meshlet carries out any rule of the route: a
+// route with none is not accepted, and attaches nowhere.
+func (mr *meshRoute) carried() bool {
+	return slices.ContainsFunc(mr.rules, func(r ruleResult) bool { return r.dropped == "" })
+}
+
+// attachedPorts are the ports of parent the route attaches to, by the
+// Service parentRefs naming it; none when no rule is carried out.
+func (mr *meshRoute) attachedPorts(parent types.NamespacedName, lookup serviceLookup) []int32 {
+	if !mr.carried() {
+		return nil
+	}
+	var ports []int32
+	for _, ref := range mr.parents {
+		if !isServiceParent(ref) || parentService(mr.key.Namespace, ref) != parent {
+			continue
+		}
+		for _, sp := range resolveParent(mr.key.Namespace, ref, lookup).ports {
+			if !slices.Contains(ports, sp.Port) {
+				ports = append(ports, sp.Port)
+			}
+		}
+	}
+	return ports
+}
 
 // serviceLookup returns a Service of the listers, nil when there is none.
 type serviceLookup func(types.NamespacedName) *corev1.Service
@@ -123,9 +222,12 @@ type backendResult struct {
 // ruleResult is one rule of a route, checked: dropped says why meshlet
 // cannot carry it out (the rule is left out), fail500 why it answers 500
 // (an ExtensionRef filter, which the spec says must not be skipped).
+// redirect and the fields after it are HTTPRoute's alone.
 type ruleResult struct {
+	name     string // the rule's name, "" when unnamed
 	dropped  string
 	fail500  string
+	matches  []renderedMatch // a rule without matches has one, of everything
 	backends []backendResult
 	request  headerOps
 	response headerOps
@@ -134,6 +236,72 @@ type ruleResult struct {
 	timeout  time.Duration // 0: none
 	perTry   time.Duration // 0: none
 	backoff  time.Duration // 0: none
+	retry    *gatewayv1.HTTPRouteRetry
+}
+
+// renderedMatch is one match of a rule in Envoy's terms, with the part
+// of its precedence it decides, and its path value, which HTTPRoute's
+// prefix redirects and rewrites replace.
+type renderedMatch struct {
+	match *routev3.RouteMatch
+	p     precedence
+	path  string
+}
+
+func ruleName(n *gatewayv1.SectionName) string {
+	if n == nil {
+		return ""
+	}
+	return string(*n)
+}
+
+// filterParts are the parts of a filter both route kinds have (their
+// type names are the same).
+type filterParts struct {
+	typ               string
+	request, response *gatewayv1.HTTPHeaderFilter
+	extensionRef      *gatewayv1.LocalObjectReference
+}
+
+// applyFilter carries out a header modifier on the rule, or notes an
+// ExtensionRef, which meshlet has none of: its requests get 500, since
+// the spec says such a filter must not be skipped. Any other filter is
+// one meshlet cannot carry out, an error that drops the rule.
+func (rr *ruleResult) applyFilter(j int, f filterParts) error {
+	switch f.typ {
+	case string(gatewayv1.HTTPRouteFilterRequestHeaderModifier):
+		rr.request = rr.request.merge(headerFilter(f.request))
+	case string(gatewayv1.HTTPRouteFilterResponseHeaderModifier):
+		rr.response = rr.response.merge(headerFilter(f.response))
+	case string(gatewayv1.HTTPRouteFilterExtensionRef):
+		name := "<unset>"
+		if e := f.extensionRef; e != nil {
+			name = fmt.Sprintf("%s/%s %s", e.Group, e.Kind, e.Name)
+		}
+		rr.fail500 = fmt.Sprintf("filter %d: extensionRef %s is not supported: requests get 500", j, name)
+	default:
+		return fmt.Errorf("filter %d: type %s is not supported by meshlet", j, f.typ)
+	}
+	return nil
+}
+
+// backendParts are the parts of a backendRef both route kinds have.
+type backendParts struct {
+	ref     gatewayv1.BackendRef
+	filters []filterParts
+}
+
+// resolveBackends resolves the rule's backendRefs in order; an error
+// (a backend meshlet cannot carry out) drops the rule.
+func (rr *ruleResult) resolveBackends(ns string, bs []backendParts, lookup serviceLookup, domain string) error {
+	for j, b := range bs {
+		br, err := resolveBackend(ns, b, lookup, domain)
+		if err != nil {
+			return fmt.Errorf("backendRef %d: %v", j, err)
+		}
+		rr.backends = append(rr.backends, br)
+	}
+	return nil
 }
 
 // headerOps are a header modifier filter's set, add and remove.
@@ -163,7 +331,8 @@ func headerFilter(f *gatewayv1.HTTPHeaderFilter) headerOps {
 	}{{f.Set, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}, {f.Add, corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD}} {
 		for _, hd := range s.headers {
 			h.add = append(h.add, &corev3.HeaderValueOption{
-				Header:       &corev3.HeaderValue{Key: strings.ToLower(string(hd.Name)), Value: hd.Value},
+				// Envoy reads a value as a format string: a literal % is %%.
+				Header:       &corev3.HeaderValue{Key: strings.ToLower(string(hd.Name)), Value: strings.ReplaceAll(hd.Value, "%", "%%")},
 				AppendAction: s.action,
 			})
 		}
@@ -185,33 +354,26 @@ func parseGatewayDuration(d gatewayv1.Duration) (time.Duration, error) {
 	return time.ParseDuration(string(d))
 }
 
-// analyzeRules checks every rule of a route and resolves its backends,
-// once for every parent.
-func analyzeRules(route *gatewayv1.HTTPRoute, lookup serviceLookup, domain string) []ruleResult {
-	out := make([]ruleResult, len(route.Spec.Rules))
-	for i := range route.Spec.Rules {
-		out[i] = analyzeRule(route.Namespace, &route.Spec.Rules[i], lookup, domain)
-	}
-	return out
-}
-
-func analyzeRule(ns string, rule *gatewayv1.HTTPRouteRule, lookup serviceLookup, domain string) ruleResult {
-	var rr ruleResult
+// analyzeHTTPRule checks an HTTPRoute rule and resolves its backends.
+func analyzeHTTPRule(ns string, rule *gatewayv1.HTTPRouteRule, lookup serviceLookup, domain string) ruleResult {
+	rr := ruleResult{name: ruleName(rule.Name), retry: rule.Retry}
 	drop := func(format string, args ...any) ruleResult {
 		rr.dropped = fmt.Sprintf(format, args...)
 		return rr
 	}
-	for j, m := range rule.Matches {
-		if _, _, err := routeMatch(m); err != nil {
+	matches := rule.Matches
+	if len(matches) == 0 {
+		matches = []gatewayv1.HTTPRouteMatch{{}} // prefix "/"
+	}
+	for j, m := range matches {
+		rm, p, err := routeMatch(m)
+		if err != nil {
 			return drop("match %d: %v", j, err)
 		}
+		rr.matches = append(rr.matches, renderedMatch{match: rm, p: p, path: pathValue(m.Path)})
 	}
 	for j, f := range rule.Filters {
 		switch f.Type {
-		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
-			rr.request = rr.request.merge(headerFilter(f.RequestHeaderModifier))
-		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
-			rr.response = rr.response.merge(headerFilter(f.ResponseHeaderModifier))
 		case gatewayv1.HTTPRouteFilterRequestRedirect:
 			if f.RequestRedirect == nil {
 				return drop("filter %d: RequestRedirect without requestRedirect", j)
@@ -222,14 +384,10 @@ func analyzeRule(ns string, rule *gatewayv1.HTTPRouteRule, lookup serviceLookup,
 				return drop("filter %d: URLRewrite without urlRewrite", j)
 			}
 			rr.rewrite = f.URLRewrite
-		case gatewayv1.HTTPRouteFilterExtensionRef:
-			name := "<unset>"
-			if f.ExtensionRef != nil {
-				name = fmt.Sprintf("%s/%s %s", f.ExtensionRef.Group, f.ExtensionRef.Kind, f.ExtensionRef.Name)
-			}
-			rr.fail500 = fmt.Sprintf("filter %d: extensionRef %s is not supported: requests get 500", j, name)
 		default:
-			return drop("filter %d: type %s is not supported by meshlet", j, f.Type)
+			if err := rr.applyFilter(j, httpFilterParts(f)); err != nil {
+				return drop("%v", err)
+			}
 		}
 	}
 	if rr.redirect != nil && rr.rewrite != nil {
@@ -272,14 +430,21 @@ func analyzeRule(ns string, rule *gatewayv1.HTTPRouteRule, lookup serviceLookup,
 			}
 		}
 	}
+	bs := make([]backendParts, len(rule.BackendRefs))
 	for j, b := range rule.BackendRefs {
-		br, err := resolveBackend(ns, b, lookup, domain)
-		if err != nil {
-			return drop("backendRef %d: %v", j, err)
+		bs[j].ref = b.BackendRef
+		for _, f := range b.Filters {
+			bs[j].filters = append(bs[j].filters, httpFilterParts(f))
 		}
-		rr.backends = append(rr.backends, br)
+	}
+	if err := rr.resolveBackends(ns, bs, lookup, domain); err != nil {
+		return drop("%v", err)
 	}
 	return rr
+}
+
+func httpFilterParts(f gatewayv1.HTTPRouteFilter) filterParts {
+	return filterParts{typ: string(f.Type), request: f.RequestHeaderModifier, response: f.ResponseHeaderModifier, extensionRef: f.ExtensionRef}
 }
 
 func pathOf(r *gatewayv1.HTTPRequestRedirectFilter) *gatewayv1.HTTPPathModifier {
@@ -351,7 +516,8 @@ func checkPathModifier(p *gatewayv1.HTTPPathModifier, matches []gatewayv1.HTTPRo
 // Cross-namespace backends need no ReferenceGrant for mesh routes
 // (GEP-1294, "Namespace boundaries": a route only reshapes traffic its
 // clients could send to the backend anyway).
-func resolveBackend(routeNS string, b gatewayv1.HTTPBackendRef, lookup serviceLookup, domain string) (backendResult, error) {
+func resolveBackend(routeNS string, bp backendParts, lookup serviceLookup, domain string) (backendResult, error) {
+	b := bp.ref
 	key := types.NamespacedName{Namespace: routeNS, Name: string(b.Name)}
 	if b.Namespace != nil && *b.Namespace != "" {
 		key.Namespace = string(*b.Namespace)
@@ -363,14 +529,14 @@ func resolveBackend(routeNS string, b gatewayv1.HTTPBackendRef, lookup serviceLo
 		}
 		br.weight = uint32(*b.Weight)
 	}
-	for j, f := range b.Filters {
-		switch f.Type {
-		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
-			br.request = br.request.merge(headerFilter(f.RequestHeaderModifier))
-		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
-			br.response = br.response.merge(headerFilter(f.ResponseHeaderModifier))
+	for j, f := range bp.filters {
+		switch f.typ {
+		case string(gatewayv1.HTTPRouteFilterRequestHeaderModifier):
+			br.request = br.request.merge(headerFilter(f.request))
+		case string(gatewayv1.HTTPRouteFilterResponseHeaderModifier):
+			br.response = br.response.merge(headerFilter(f.response))
 		default:
-			return br, fmt.Errorf("filter %d: type %s is not supported on a backendRef by meshlet", j, f.Type)
+			return br, fmt.Errorf("filter %d: type %s is not supported on a backendRef by meshlet", j, f.typ)
 		}
 	}
 	group, kind := "", "Service"
@@ -422,46 +588,40 @@ func pathValue(p *gatewayv1.HTTPPathMatch) string {
 	return *p.Value
 }
 
-// precedence orders the matches of every rule attached to one parent as
-// Gateway API says (HTTPRouteRule.matches): exact path, then the longest
-// prefix, then a method, then the most header matches, then the most
-// query parameter matches; ties go to the oldest route, then the first
-// by namespace/name, then rule and match order. Regular expressions,
-// whose place the spec leaves to implementations, come between exact
-// paths and prefixes (the longest first), so that a catch-all prefix "/"
-// never hides them.
+// precedence orders the matches of every rule attached to one parent
+// port (of one route kind: the kinds never share a parent port), first
+// match first. specificity is what the kind's spec ranks matches by,
+// most significant first, larger first:
+//
+//   - HTTPRoute (HTTPRouteRule.matches): exact path, then the longest
+//     prefix, then a method, then the most header matches, then the most
+//     query parameter matches. Regular expressions, whose place the spec
+//     leaves to implementations, come between exact paths and prefixes
+//     (the longest first), so that a catch-all prefix "/" never hides
+//     them: {path rank (3 exact, 2 regex, 1 prefix), path length, method
+//     (1), headers, query parameters}.
+//   - GRPCRoute (GRPCRouteRule.matches): the most characters in the
+//     service, then in the method, then the most header matches
+//     (hostnames, first in its list, mean nothing in a mesh): {service
+//     length, method length, headers}.
+//
+// Ties go to the oldest route, then the first by namespace/name, then
+// rule and match order, as both specs say.
 type precedence struct {
-	rank             int // 3 exact, 2 regex, 1 prefix
-	length           int
-	method           bool
-	headers, queries int
-	created          time.Time
-	route            string // namespace/name
-	rule, match      int
+	specificity [5]int
+	created     time.Time
+	route       string // namespace/name
+	rule, match int
 }
 
 func comparePrecedence(a, b precedence) int {
 	return cmp.Or(
-		-cmp.Compare(a.rank, b.rank),
-		-cmp.Compare(a.length, b.length),
-		-compareBool(a.method, b.method),
-		-cmp.Compare(a.headers, b.headers),
-		-cmp.Compare(a.queries, b.queries),
+		-slices.Compare(a.specificity[:], b.specificity[:]),
 		a.created.Compare(b.created),
 		cmp.Compare(a.route, b.route),
 		cmp.Compare(a.rule, b.rule),
 		cmp.Compare(a.match, b.match),
 	)
-}
-
-func compareBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 // routeMatch renders one HTTPRouteMatch, with the parts of its
@@ -470,22 +630,23 @@ func compareBool(a, b bool) int {
 // only the first counts, as the spec says.
 func routeMatch(m gatewayv1.HTTPRouteMatch) (*routev3.RouteMatch, precedence, error) {
 	var p precedence
+	var rank, length, method int
 	rm := &routev3.RouteMatch{}
 	v := pathValue(m.Path)
 	switch t := pathType(m.Path); t {
 	case gatewayv1.PathMatchExact:
 		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: v}
-		p.rank, p.length = 3, len(v)
+		rank, length = 3, len(v)
 	case gatewayv1.PathMatchPathPrefix:
 		// A trailing "/" is ignored; what is left matches whole
 		// segments, as Envoy's path_separated_prefix does.
 		v = strings.TrimSuffix(v, "/")
 		if v == "" {
 			rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: "/"}
-			p.rank, p.length = 1, 1
+			rank, length = 1, 1
 		} else {
 			rm.PathSpecifier = &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: v}
-			p.rank, p.length = 1, len(v)
+			rank, length = 1, len(v)
 		}
 	case gatewayv1.PathMatchRegularExpression:
 		re, err := regexMatcher(v)
@@ -493,31 +654,22 @@ func routeMatch(m gatewayv1.HTTPRouteMatch) (*routev3.RouteMatch, precedence, er
 			return nil, p, fmt.Errorf("path: %w", err)
 		}
 		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: re}
-		p.rank, p.length = 2, len(v)
+		rank, length = 2, len(v)
 	default:
 		return nil, p, fmt.Errorf("path type %q is not supported", t)
 	}
-	seen := map[string]bool{}
 	for _, h := range m.Headers {
-		name := strings.ToLower(string(h.Name))
-		if seen[name] {
-			continue
+		if err := headerMatch(rm, string(h.Name), h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact,
+			h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression, h.Value); err != nil {
+			return nil, p, err
 		}
-		seen[name] = true
-		sm, err := stringMatcher(h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact,
-			h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression, h.Value)
-		if err != nil {
-			return nil, p, fmt.Errorf("header %s: %w", h.Name, err)
-		}
-		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: name,
-			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: sm}})
 	}
-	p.headers = len(rm.Headers)
+	headers := len(rm.Headers)
 	if m.Method != nil {
 		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: ":method",
 			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
 				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: string(*m.Method)}}}})
-		p.method = true
+		method = 1
 	}
 	seenQ := map[string]bool{}
 	for _, q := range m.QueryParams {
@@ -533,8 +685,26 @@ func routeMatch(m gatewayv1.HTTPRouteMatch) (*routev3.RouteMatch, precedence, er
 		rm.QueryParameters = append(rm.QueryParameters, &routev3.QueryParameterMatcher{Name: string(q.Name),
 			QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})
 	}
-	p.queries = len(rm.QueryParameters)
+	p.specificity = [5]int{rank, length, method, headers, len(rm.QueryParameters)}
 	return rm, p, nil
+}
+
+// headerMatch adds a header match to rm, unless one of the same name
+// (case-insensitive) is there: of several entries with one name only
+// the first counts, as both route kinds' specs say. Names are
+// lowercased, as HTTP/2 carries them.
+func headerMatch(rm *routev3.RouteMatch, name string, exact, regex bool, value string) error {
+	lower := strings.ToLower(name)
+	if slices.ContainsFunc(rm.Headers, func(h *routev3.HeaderMatcher) bool { return h.GetName() == lower }) {
+		return nil
+	}
+	sm, err := stringMatcher(exact, regex, value)
+	if err != nil {
+		return fmt.Errorf("header %s: %w", name, err)
+	}
+	rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: lower,
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: sm}})
+	return nil
 }
 
 // stringMatcher renders an exact or regular-expression value match; any
@@ -553,11 +723,13 @@ func stringMatcher(exact, regex bool, v string) (*matcherv3.StringMatcher, error
 	return nil, fmt.Errorf("match type not supported (want Exact or RegularExpression)")
 }
 
-// regexMatcher renders an RE2 expression (Go's regexp is RE2 too, so
-// what compiles here compiles in the sidecar). The engine is left unset:
-// Envoy's default is google_re2, and setting it is deprecated.
+// regexMatcher renders an RE2 expression, checked as the sidecar checks
+// it (config.CompileRegex: Go's regexp is RE2 too, and the program size
+// limit), so that a route the sidecar would refuse is refused here, in
+// its status. The engine is left unset: Envoy's default is google_re2,
+// and setting it is deprecated.
 func regexMatcher(re string) (*matcherv3.RegexMatcher, error) {
-	if _, err := regexp.Compile(re); err != nil {
+	if _, err := config.CompileRegex(re); err != nil {
 		return nil, fmt.Errorf("regular expression %q: %v", re, err)
 	}
 	return &matcherv3.RegexMatcher{Regex: re}, nil
@@ -586,46 +758,32 @@ func newParentPort(sc ServiceCluster) parentPort {
 	return pp
 }
 
-// attachedRoute is a route attached to a parent port, with its checked
-// rules.
-type attachedRoute struct {
-	route *gatewayv1.HTTPRoute
-	rules []ruleResult
-}
-
-// buildRouteConfiguration renders the routes attached to one parent port
-// into its RouteConfiguration: one virtual host for every domain (the
-// sidecar chose the parent by the request's destination address) whose
-// routes are every match of every carried rule, in precedence order.
-func buildRouteConfiguration(pp parentPort, routes []attachedRoute) *routev3.RouteConfiguration {
+// buildRouteConfiguration renders the routes attached to one parent port,
+// all of one kind, into its RouteConfiguration: one virtual host for
+// every domain (the sidecar chose the parent by the request's
+// destination address) whose routes are every match of every carried
+// rule, in precedence order.
+func buildRouteConfiguration(pp parentPort, routes []*meshRoute) *routev3.RouteConfiguration {
 	type entry struct {
 		p precedence
 		r *routev3.Route
 	}
 	var entries []entry
-	for _, ar := range routes {
-		key := ar.route.Namespace + "/" + ar.route.Name
-		for i := range ar.route.Spec.Rules {
-			rule, rr := &ar.route.Spec.Rules[i], ar.rules[i]
+	for _, mr := range routes {
+		key := mr.key.String()
+		for i, rr := range mr.rules {
 			if rr.dropped != "" {
 				continue
 			}
 			name := fmt.Sprintf("%s/%d", key, i)
-			if rule.Name != nil && *rule.Name != "" {
-				name += "/" + string(*rule.Name)
+			if rr.name != "" {
+				name += "/" + rr.name
 			}
-			matches := rule.Matches
-			if len(matches) == 0 {
-				matches = []gatewayv1.HTTPRouteMatch{{}} // prefix "/"
-			}
-			for j, m := range matches {
-				rm, p, err := routeMatch(m)
-				if err != nil {
-					continue // analyzeRule dropped such rules
-				}
-				p.created, p.route, p.rule, p.match = ar.route.CreationTimestamp.Time, key, i, j
-				r := &routev3.Route{Name: name, Match: rm}
-				setAction(r, pp, rule, rr, m)
+			for j, m := range rr.matches {
+				p := m.p
+				p.created, p.route, p.rule, p.match = mr.created, key, i, j
+				r := &routev3.Route{Name: name, Match: m.match}
+				setAction(r, pp, mr.kind, rr, m.path)
 				entries = append(entries, entry{p, r})
 			}
 		}
@@ -638,12 +796,13 @@ func buildRouteConfiguration(pp parentPort, routes []attachedRoute) *routev3.Rou
 	return &routev3.RouteConfiguration{Name: pp.cluster, VirtualHosts: []*routev3.VirtualHost{vh}}
 }
 
-// setAction fills a route's action and its rule-level header changes.
-func setAction(r *routev3.Route, pp parentPort, rule *gatewayv1.HTTPRouteRule, rr ruleResult, m gatewayv1.HTTPRouteMatch) {
+// setAction fills a route's action and its rule-level header changes;
+// path is the match's path value.
+func setAction(r *routev3.Route, pp parentPort, kind routeKind, rr ruleResult, path string) {
 	r.RequestHeadersToAdd, r.RequestHeadersToRemove = rr.request.add, rr.request.remove
 	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = rr.response.add, rr.response.remove
 	if rr.fail500 == "" && rr.redirect != nil {
-		r.Action = &routev3.Route_Redirect{Redirect: redirectAction(rr.redirect, pp.port, m)}
+		r.Action = &routev3.Route_Redirect{Redirect: redirectAction(rr.redirect, pp.port, path)}
 		return
 	}
 	var valid, invalid uint32
@@ -654,13 +813,17 @@ func setAction(r *routev3.Route, pp parentPort, rule *gatewayv1.HTTPRouteRule, r
 			valid += b.weight
 		}
 	}
-	// Every backend invalid, all weights 0, no backend at all, or a
-	// filter that cannot be skipped: nothing to forward to.
-	if rr.fail500 != "" || valid == 0 {
+	// A filter that cannot be skipped; every backend invalid, all
+	// weights 0, no backend at all: nothing to forward to.
+	switch {
+	case rr.fail500 != "":
 		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 500}}
 		return
+	case valid == 0:
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: kind.noBackendStatus()}}
+		return
 	}
-	ra := &routev3.RouteAction{Timeout: durationpb.New(rr.timeout), RetryPolicy: retryPolicy(pp, rule.Retry, rr)}
+	ra := &routev3.RouteAction{Timeout: durationpb.New(rr.timeout), RetryPolicy: retryPolicy(pp, rr.retry, rr)}
 	var weighted []*routev3.WeightedCluster_ClusterWeight
 	single := ""
 	for _, b := range rr.backends {
@@ -681,7 +844,8 @@ func setAction(r *routev3.Route, pp parentPort, rule *gatewayv1.HTTPRouteRule, r
 	} else {
 		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}
 	}
-	if invalid > 0 {
+	if invalid > 0 && kind.noBackendStatus() == 500 {
+		// (503, a GRPCRoute's, is the default.)
 		ra.ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
 	}
 	if rw := rr.rewrite; rw != nil {
@@ -697,7 +861,7 @@ func setAction(r *routev3.Route, pp parentPort, rule *gatewayv1.HTTPRouteRule, r
 				ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: "^/.*$"},
 					Substitution: strings.ReplaceAll(*p.ReplaceFullPath, `\`, `\\`)}
 			case gatewayv1.PrefixMatchHTTPPathModifier:
-				prefixRewrite(ra, *p.ReplacePrefixMatch, m)
+				prefixRewrite(ra, *p.ReplacePrefixMatch, path)
 			}
 		}
 	}
@@ -720,8 +884,8 @@ func backendHeadersEmpty(bs []backendResult) bool {
 // ends in "/"; a replacement of "/" or "" must turn "/foo", "/foo/" and
 // "/foo/bar" into "/", "/" and "/bar", which one prefix cannot, so it is
 // a regex_rewrite of the prefix and any slashes after it into "/".
-func prefixRewrite(ra *routev3.RouteAction, repl string, m gatewayv1.HTTPRouteMatch) {
-	prefix := strings.TrimSuffix(pathValue(m.Path), "/")
+func prefixRewrite(ra *routev3.RouteAction, repl, path string) {
+	prefix := strings.TrimSuffix(path, "/")
 	repl = strings.TrimRight(repl, "/")
 	switch {
 	case prefix == "":
@@ -741,7 +905,7 @@ func prefixRewrite(ra *routev3.RouteAction, repl string, m gatewayv1.HTTPRouteMa
 // Gateway's listener port, for a mesh the Service port the request was
 // sent to), as the spec says; the sidecar leaves the port out of
 // Location when it is the scheme's own.
-func redirectAction(f *gatewayv1.HTTPRequestRedirectFilter, parentPort int32, m gatewayv1.HTTPRouteMatch) *routev3.RedirectAction {
+func redirectAction(f *gatewayv1.HTTPRequestRedirectFilter, parentPort int32, path string) *routev3.RedirectAction {
 	ra := &routev3.RedirectAction{ResponseCode: routev3.RedirectAction_FOUND} // the CRD's default, 302
 	if f.StatusCode != nil {
 		ra.ResponseCode = redirectCodes[*f.StatusCode]
@@ -771,7 +935,7 @@ func redirectAction(f *gatewayv1.HTTPRequestRedirectFilter, parentPort int32, m 
 			// "/", "/" (an empty prefix_rewrite would be none), which
 			// turns /foo/bar into //bar, as Envoy does.
 			repl := strings.TrimRight(*p.ReplacePrefixMatch, "/")
-			if strings.TrimSuffix(pathValue(m.Path), "/") == "" || repl == "" {
+			if strings.TrimSuffix(path, "/") == "" || repl == "" {
 				repl += "/"
 			}
 			ra.PathRewriteSpecifier = &routev3.RedirectAction_PrefixRewrite{PrefixRewrite: repl}

@@ -93,7 +93,7 @@ func routeConfigs(t *testing.T, r *discoveryv3.DeltaDiscoveryResponse) map[strin
 // TestRoutesOverADS: over a real delta ADS stream, a sidecar finds the
 // RouteConfiguration's name in its cluster's metadata, subscribes to it
 // and receives it; a change of the route pushes that RouteConfiguration
-// again, and no cluster.
+// again, and no cluster; so does a GRPCRoute taking the port.
 func TestRoutesOverADS(t *testing.T) {
 	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
 	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
@@ -131,4 +131,12 @@ func TestRoutesOverADS(t *testing.T) {
 		t.Fatalf("a route change also sent %s %v", r.GetTypeUrl(), r.GetResources())
 	case <-time.After(200 * time.Millisecond):
 	}
+
+	// A GRPCRoute on the same port displaces the HTTPRoute (GEP-1294):
+	// the same RouteConfiguration is pushed again, with its rules.
+	cp.srv.UpsertGRPCRoute(grpcRoute("shop", "g", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)},
+		grule([]gatewayv1.GRPCRouteMatch{method(exactM, "shop.Cart", "")}, gto("", "v1", 80, nil))))
+	rs = routesOf(t, routeConfigs(t, c.next(t, resource.RouteType))[echo80])
+	eq(t, [3]string{rs[0].GetName(), rs[0].GetMatch().GetPrefix(), rs[0].GetRoute().GetCluster()}, [3]string{"shop/g/0", "/shop.Cart/", v1c})
+	eq(t, len(rs), 1)
 }

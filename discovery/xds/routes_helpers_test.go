@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 )
 
@@ -60,20 +63,98 @@ func pathMatch(typ gatewayv1.PathMatchType, v string) gatewayv1.HTTPRouteMatch {
 	return gatewayv1.HTTPRouteMatch{Path: &gatewayv1.HTTPPathMatch{Type: ptr(typ), Value: ptr(v)}}
 }
 
-// routeServer is a synced Server holding services and routes, rebuilt
-// once.
-func routeServer(t *testing.T, services []*corev1.Service, routes ...*gatewayv1.HTTPRoute) *Server {
+// grpcRoute is a GRPCRoute created at t0 plus age seconds.
+func grpcRoute(ns, name string, age int, parents []gatewayv1.ParentReference, rules ...gatewayv1.GRPCRouteRule) *gatewayv1.GRPCRoute {
+	return &gatewayv1.GRPCRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+		Spec:       gatewayv1.GRPCRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: parents}, Rules: rules},
+	}
+}
+
+// gto is a GRPCRoute backendRef to a Service port, as to.
+func gto(ns, name string, port int32, weight *int32) gatewayv1.GRPCBackendRef {
+	return gatewayv1.GRPCBackendRef{BackendRef: to(ns, name, port, weight).BackendRef}
+}
+
+// grule is a GRPCRoute rule with matches forwarding to backends.
+func grule(matches []gatewayv1.GRPCRouteMatch, backends ...gatewayv1.GRPCBackendRef) gatewayv1.GRPCRouteRule {
+	return gatewayv1.GRPCRouteRule{Matches: matches, BackendRefs: backends}
+}
+
+// method is a GRPCRoute method match; "" leaves a part unset.
+func method(typ gatewayv1.GRPCMethodMatchType, service, name string) gatewayv1.GRPCRouteMatch {
+	mm := &gatewayv1.GRPCMethodMatch{Type: ptr(typ)}
+	if service != "" {
+		mm.Service = ptr(service)
+	}
+	if name != "" {
+		mm.Method = ptr(name)
+	}
+	return gatewayv1.GRPCRouteMatch{Method: mm}
+}
+
+// routeServer is a synced Server holding services and routes (HTTPRoutes
+// and GRPCRoutes), rebuilt once.
+func routeServer(t *testing.T, services []*corev1.Service, routes ...any) *Server {
 	t.Helper()
 	s := NewServer(Options{Logger: quiet})
 	for _, svc := range services {
 		s.UpsertService(svc)
 	}
 	for _, r := range routes {
-		s.UpsertHTTPRoute(r)
+		switch r := r.(type) {
+		case *gatewayv1.HTTPRoute:
+			s.UpsertHTTPRoute(r)
+		case *gatewayv1.GRPCRoute:
+			s.UpsertGRPCRoute(r)
+		default:
+			t.Fatalf("routeServer: %T is not a route", r)
+		}
 	}
 	s.SetSynced()
 	s.rebuild()
 	return s
+}
+
+// firstMatch is the name of the route a request meets first, as the
+// sidecar (and Envoy) walk a table: prefix, exact path, path-separated
+// prefix and whole-path RE2 matches, then every header, exact or RE2;
+// "" when none matches.
+func firstMatch(t *testing.T, rs []*routev3.Route, path string, headers map[string]string) string {
+	t.Helper()
+	full := func(re, v string) bool { return regexp.MustCompile("^(?:" + re + ")$").MatchString(v) }
+	for _, r := range rs {
+		m := r.GetMatch()
+		var ok bool
+		switch ps := m.GetPathSpecifier().(type) {
+		case *routev3.RouteMatch_Prefix:
+			ok = strings.HasPrefix(path, ps.Prefix)
+		case *routev3.RouteMatch_Path:
+			ok = path == ps.Path
+		case *routev3.RouteMatch_PathSeparatedPrefix:
+			ok = path == ps.PathSeparatedPrefix || strings.HasPrefix(path, ps.PathSeparatedPrefix+"/")
+		case *routev3.RouteMatch_SafeRegex:
+			ok = full(ps.SafeRegex.GetRegex(), path)
+		default:
+			t.Fatalf("route %s: path specifier %T", r.GetName(), ps)
+		}
+		for _, h := range m.GetHeaders() {
+			v, has := headers[h.GetName()]
+			sm := h.GetStringMatch()
+			switch {
+			case !has:
+				ok = false
+			case sm.GetSafeRegex() != nil:
+				ok = ok && full(sm.GetSafeRegex().GetRegex(), v)
+			default:
+				ok = ok && v == sm.GetExact()
+			}
+		}
+		if ok {
+			return r.GetName()
+		}
+	}
+	return ""
 }
 
 // groupFor builds the snapshot of the group of a sidecar whose node id
@@ -94,6 +175,10 @@ func groupFor(t *testing.T, s *Server, nodeID string) (map[string]*clusterv3.Clu
 		rc := r.(*routev3.RouteConfiguration)
 		if err := rc.ValidateAll(); err != nil {
 			t.Fatalf("route configuration %s does not validate: %v", name, err)
+		}
+		// Nothing outside what the sidecar reads (it refuses the rest).
+		if _, err := discovery.TranslateRouteConfiguration(rc); err != nil {
+			t.Fatalf("the sidecar refuses route configuration %s: %v", name, err)
 		}
 		rcs[name] = rc
 	}

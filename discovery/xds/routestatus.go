@@ -23,24 +23,35 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
+// routeReasonConflicted is the Accepted reason GEP-1294 gives a route
+// that another route kind displaces on a Service port (Gateway API has
+// no constant for it yet).
+const routeReasonConflicted gatewayv1.RouteConditionReason = "Conflicted"
+
+// claimsFunc lists, by port, the routes of another kind that displace a
+// route from parent's ports (nil for a GRPCRoute: nothing displaces it).
+type claimsFunc func(parent types.NamespacedName) map[int32][]string
+
 // routeParentStatuses computes meshlet's status.parents entries of a
-// route, one per Service parentRef (other parents are other
-// controllers'), with every condition's lastTransitionTime now:
+// route of either kind, one per Service parentRef (other parents are
+// other controllers'), with every condition's lastTransitionTime now:
 //
 //   - Accepted: False/NoMatchingParent when the Service, or the port its
 //     port or sectionName names, does not exist; False/UnsupportedValue
-//     when no rule can be carried out (or there is none); else
-//     True/Accepted;
+//     when no rule can be carried out (or there is none);
+//     False/Conflicted for an HTTPRoute when GRPCRoutes of its namespace
+//     hold every port it attaches to (GEP-1294); else True/Accepted,
+//     naming in its message the ports GRPCRoutes hold, if any;
 //   - ResolvedRefs: False with the first problem's reason (InvalidKind,
 //     BackendNotFound) and every problem in the message, else
 //     True/ResolvedRefs;
 //   - PartiallyInvalid: True/UnsupportedValue, "Dropped Rule ...", only
-//     when some rules (not all) are left out, as the spec says.
-func routeParentStatuses(route *gatewayv1.HTTPRoute, lookup serviceLookup, domain string, now metav1.Time) []gatewayv1.RouteParentStatus {
-	rules := analyzeRules(route, lookup, domain)
+//     when the route is accepted and some rules (not all) are left out,
+//     as the spec says.
+func routeParentStatuses(mr *meshRoute, lookup serviceLookup, claims claimsFunc, now metav1.Time) []gatewayv1.RouteParentStatus {
 	var dropped, refProblems []string
 	var refReason gatewayv1.RouteConditionReason
-	for i, rr := range rules {
+	for i, rr := range mr.rules {
 		if rr.dropped != "" {
 			dropped = append(dropped, fmt.Sprintf("%d (%s)", i, rr.dropped))
 		}
@@ -61,25 +72,32 @@ func routeParentStatuses(route *gatewayv1.HTTPRoute, lookup serviceLookup, domai
 		resolved.Status, resolved.Reason, resolved.Message = metav1.ConditionFalse, string(refReason), strings.Join(refProblems, "; ")
 	}
 	var out []gatewayv1.RouteParentStatus
-	for _, ref := range route.Spec.ParentRefs {
+	for _, ref := range mr.parents {
 		if !isServiceParent(ref) {
 			continue
 		}
 		accepted := metav1.Condition{Type: string(gatewayv1.RouteConditionAccepted), Status: metav1.ConditionTrue,
 			Reason: string(gatewayv1.RouteReasonAccepted), Message: "Accepted"}
-		pr := resolveParent(route.Namespace, ref, lookup)
+		pr := resolveParent(mr.key.Namespace, ref, lookup)
 		partial := false
 		switch {
 		case pr.reason != "":
 			accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, string(pr.reason), pr.message
-		case len(rules) == 0:
+		case len(mr.rules) == 0:
 			accepted.Status, accepted.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonUnsupportedValue)
 			accepted.Message = "The route has no rules"
-		case len(dropped) == len(rules):
+		case len(dropped) == len(mr.rules):
 			accepted.Status, accepted.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonUnsupportedValue)
 			accepted.Message = "No rule can be carried out: " + strings.Join(dropped, "; ")
 		default:
 			partial = len(dropped) > 0
+			if held, all := claimedPorts(pr, claims); all {
+				accepted.Status, accepted.Reason = metav1.ConditionFalse, string(routeReasonConflicted)
+				accepted.Message = fmt.Sprintf("Service %s: %s; a GRPCRoute wins over an HTTPRoute on a Service port (GEP-1294)", pr.svc, held)
+				partial = false
+			} else if held != "" {
+				accepted.Message = fmt.Sprintf("Accepted, except on Service %s: %s; a GRPCRoute wins over an HTTPRoute on a Service port (GEP-1294)", pr.svc, held)
+			}
 		}
 		conds := []metav1.Condition{accepted, resolved}
 		if partial {
@@ -87,11 +105,27 @@ func routeParentStatuses(route *gatewayv1.HTTPRoute, lookup serviceLookup, domai
 				Reason: string(gatewayv1.RouteReasonUnsupportedValue), Message: "Dropped Rule " + strings.Join(dropped, "; ")})
 		}
 		for i := range conds {
-			conds[i].ObservedGeneration, conds[i].LastTransitionTime = route.Generation, now
+			conds[i].ObservedGeneration, conds[i].LastTransitionTime = mr.generation, now
 		}
 		out = append(out, gatewayv1.RouteParentStatus{ParentRef: ref, ControllerName: MeshControllerName, Conditions: conds})
 	}
 	return out
+}
+
+// claimedPorts describes the ports of a resolved parent that routes of
+// another kind hold ("" none), and says whether they hold all of them.
+func claimedPorts(pr parentResult, claims claimsFunc) (string, bool) {
+	if claims == nil {
+		return "", false
+	}
+	held := claims(pr.svc)
+	var parts []string
+	for _, sp := range pr.ports {
+		if names := held[sp.Port]; len(names) > 0 {
+			parts = append(parts, fmt.Sprintf("port %d is held by %s", sp.Port, strings.Join(names, ", ")))
+		}
+	}
+	return strings.Join(parts, ", "), len(parts) > 0 && len(parts) == len(pr.ports)
 }
 
 func cmpOr[T comparable](a, b T) T {
@@ -107,28 +141,27 @@ func cmpOr[T comparable](a, b T) T {
 var ownedConditions = []string{string(gatewayv1.RouteConditionAccepted), string(gatewayv1.RouteConditionResolvedRefs),
 	string(gatewayv1.RouteConditionPartiallyInvalid)}
 
-// mergeRouteStatus merges meshlet's entries into a route's status: other
-// controllers' entries stay as they are, in place; an entry of ours for
-// the same parentRef keeps its place and the lastTransitionTime of every
-// condition whose status did not change; ours for parentRefs no longer
-// there go; new ones are appended. It returns the new status and whether
-// it differs. It changes nothing when one of our conditions was observed
-// at a later generation than the route read (a stale cache: the newer
-// route is on its way).
-func mergeRouteStatus(route *gatewayv1.HTTPRoute, ours []gatewayv1.RouteParentStatus) (gatewayv1.HTTPRouteStatus, bool) {
-	cur := route.Status
+// mergeRouteStatus merges meshlet's entries into a route's status (of a
+// route at generation): other controllers' entries stay as they are, in
+// place; an entry of ours for the same parentRef keeps its place and the
+// lastTransitionTime of every condition whose status did not change;
+// ours for parentRefs no longer there go; new ones are appended. It
+// returns the new status and whether it differs. It changes nothing when
+// one of our conditions was observed at a later generation than the
+// route read (a stale cache: the newer route is on its way).
+func mergeRouteStatus(cur gatewayv1.RouteStatus, generation int64, ours []gatewayv1.RouteParentStatus) (gatewayv1.RouteStatus, bool) {
 	for _, p := range cur.Parents {
 		if p.ControllerName != MeshControllerName {
 			continue
 		}
 		for _, c := range p.Conditions {
-			if c.ObservedGeneration > route.Generation {
+			if c.ObservedGeneration > generation {
 				return cur, false
 			}
 		}
 	}
 	used := make([]bool, len(ours))
-	next := gatewayv1.HTTPRouteStatus{RouteStatus: gatewayv1.RouteStatus{Parents: []gatewayv1.RouteParentStatus{}}}
+	next := gatewayv1.RouteStatus{Parents: []gatewayv1.RouteParentStatus{}}
 	for _, p := range cur.Parents {
 		if p.ControllerName != MeshControllerName {
 			next.Parents = append(next.Parents, p)
@@ -174,48 +207,69 @@ func indexParent(ours []gatewayv1.RouteParentStatus, used []bool, ref gatewayv1.
 // routeStatusWorkers write route statuses in parallel.
 const routeStatusWorkers = 2
 
-// routeStatusWriter keeps the status of HTTPRoutes with Service parents
-// current, in client-go's controller shape: route and Service events
-// queue route keys on a rate-limited workqueue, and a sync reads the
-// caches, computes the status and writes it only when it differs, with
-// the resourceVersion it read. On a conflict it reads the route again
-// from the API server and recomputes, so that replicas of the control
-// plane, which compute the same status, never fight: the second finds
-// nothing to write. Conditions keep their lastTransitionTime while their
-// status holds, so a recomputation alone changes nothing.
+// routeStatusWriter keeps the status of HTTPRoutes and GRPCRoutes with
+// Service parents current, in client-go's controller shape: route and
+// Service events queue route keys on a rate-limited workqueue, and a sync
+// reads the caches, computes the status and writes it only when it
+// differs, with the resourceVersion it read. On a conflict it reads the
+// route again from the API server and recomputes, so that replicas of
+// the control plane, which compute the same status, never fight: the
+// second finds nothing to write. Conditions keep their
+// lastTransitionTime while their status holds, so a recomputation alone
+// changes nothing.
 type routeStatusWriter struct {
 	client   gatewayclient.Interface
-	routes   cache.Indexer // with routeIndexers
+	stores   [2]cache.Indexer // by routeKind, with routeIndexers
 	services corelisters.ServiceLister
 	domain   string
-	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	queue    workqueue.TypedRateLimitingInterface[routeKey]
 	log      *slog.Logger
 	now      func() time.Time
 	// writes counts status updates sent (for tests and logs).
 	writes func()
 }
 
-func newRouteStatusWriter(client gatewayclient.Interface, routes cache.Indexer, services corelisters.ServiceLister, domain string, log *slog.Logger) *routeStatusWriter {
-	return &routeStatusWriter{client: client, routes: routes, services: services, domain: domain, log: log, now: time.Now,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
-			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "meshlet_route_status"}),
+func newRouteStatusWriter(client gatewayclient.Interface, httpRoutes, grpcRoutes cache.Indexer, services corelisters.ServiceLister,
+	domain string, log *slog.Logger) *routeStatusWriter {
+	return &routeStatusWriter{client: client, stores: [2]cache.Indexer{httpRouteKind: httpRoutes, grpcRouteKind: grpcRoutes},
+		services: services, domain: domain, log: log, now: time.Now,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[routeKey](),
+			workqueue.TypedRateLimitingQueueConfig[routeKey]{Name: "meshlet_route_status"}),
 		writes: func() {}}
 }
 
-// routeEvent queues a route (or a deletion's last known state: nothing
-// to write then).
-func (w *routeStatusWriter) routeEvent(obj any) {
-	if r, ok := obj.(*gatewayv1.HTTPRoute); ok {
-		w.queue.Add(types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
+// routeChanged queues a route after a change (cur nil: deleted, nothing
+// to write), and for a GRPCRoute the HTTPRoutes on its parents before
+// and after, which it may displace or stop displacing.
+func (w *routeStatusWriter) routeChanged(old, cur any) {
+	if k, ok := routeKeyOf(cur); ok {
+		w.queue.Add(k)
+	}
+	for _, o := range []any{old, cur} {
+		if k, ok := routeKeyOf(o); !ok || k.kind != grpcRouteKind {
+			continue
+		}
+		parents, _ := routeRefs(o)
+		for _, p := range parents {
+			w.queueIndexed(httpRouteKind, routeParentIndex, p)
+		}
 	}
 }
 
 // serviceEvent queues the routes a Service is a parent or backend of.
 func (w *routeStatusWriter) serviceEvent(key types.NamespacedName) {
-	for _, idx := range []string{routeParentIndex, routeBackendIndex} {
-		objs, _ := w.routes.ByIndex(idx, key.String())
-		for _, o := range objs {
-			w.routeEvent(o)
+	for _, kind := range []routeKind{httpRouteKind, grpcRouteKind} {
+		for _, idx := range []string{routeParentIndex, routeBackendIndex} {
+			w.queueIndexed(kind, idx, key)
+		}
+	}
+}
+
+func (w *routeStatusWriter) queueIndexed(kind routeKind, index string, key types.NamespacedName) {
+	objs, _ := w.stores[kind].ByIndex(index, key.String())
+	for _, o := range objs {
+		if k, ok := routeKeyOf(o); ok {
+			w.queue.Add(k)
 		}
 	}
 }
@@ -241,7 +295,7 @@ func (w *routeStatusWriter) next(ctx context.Context) bool {
 	defer w.queue.Done(key)
 	if err := w.sync(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("httproute status", "route", key.String(), "error", err)
+			w.log.Warn("route status", "route", key.String(), "error", err)
 			w.queue.AddRateLimited(key)
 		}
 		return true
@@ -258,38 +312,76 @@ func (w *routeStatusWriter) lookup(key types.NamespacedName) *corev1.Service {
 	return svc
 }
 
+// claims are what displaces a route of kind in namespace ns from its
+// parents' ports: the GRPCRoutes of ns, for an HTTPRoute.
+func (w *routeStatusWriter) claims(kind routeKind, ns string) claimsFunc {
+	if kind != httpRouteKind {
+		return nil
+	}
+	return func(parent types.NamespacedName) map[int32][]string {
+		return grpcClaims(w.stores[grpcRouteKind], parent, ns, w.lookup, w.domain)
+	}
+}
+
 // sync writes the status of one route if it differs from what it should
 // be: from the cache first, from the API server after a conflict.
-func (w *routeStatusWriter) sync(ctx context.Context, key types.NamespacedName) error {
-	o, ok, err := w.routes.GetByKey(key.String())
+func (w *routeStatusWriter) sync(ctx context.Context, key routeKey) error {
+	o, ok, err := w.stores[key.kind].GetByKey(key.NamespacedName.String())
 	if err != nil || !ok {
 		return err // deleted: nothing to write
 	}
-	route := o.(*gatewayv1.HTTPRoute)
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		ours := routeParentStatuses(route, w.lookup, w.domain, metav1.NewTime(w.now().Truncate(time.Second)))
-		st, changed := mergeRouteStatus(route, ours)
+		mr := analyzeRoute(o, w.lookup, w.domain)
+		if mr == nil {
+			return fmt.Errorf("xds: %s: the store holds a %T", key, o)
+		}
+		ours := routeParentStatuses(mr, w.lookup, w.claims(key.kind, key.Namespace), metav1.NewTime(w.now().Truncate(time.Second)))
+		st, changed := mergeRouteStatus(mr.status, mr.generation, ours)
 		if !changed {
 			return nil
 		}
-		cp := route.DeepCopy()
-		cp.Status = st
 		w.writes()
-		_, err := w.client.GatewayV1().HTTPRoutes(key.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
+		err := w.updateStatus(ctx, o, st)
 		if apierrors.IsConflict(err) {
-			fresh, gerr := w.client.GatewayV1().HTTPRoutes(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+			fresh, gerr := w.get(ctx, key)
 			switch {
 			case apierrors.IsNotFound(gerr):
 				return nil
 			case gerr != nil:
-				return fmt.Errorf("xds: httproute %s: read after conflict: %w", key, gerr)
+				return fmt.Errorf("xds: %s: read after conflict: %w", key, gerr)
 			}
-			route = fresh
+			o = fresh
 			return err // RetryOnConflict tries again
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("xds: httproute %s: update status: %w", key, err)
+			return fmt.Errorf("xds: %s: update status: %w", key, err)
 		}
 		return nil
 	})
+}
+
+// updateStatus writes st as the status of route o (read from the cache
+// or the API server: it is copied, never changed).
+func (w *routeStatusWriter) updateStatus(ctx context.Context, o any, st gatewayv1.RouteStatus) error {
+	switch r := o.(type) {
+	case *gatewayv1.HTTPRoute:
+		cp := r.DeepCopy()
+		cp.Status.RouteStatus = st
+		_, err := w.client.GatewayV1().HTTPRoutes(r.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
+		return err
+	case *gatewayv1.GRPCRoute:
+		cp := r.DeepCopy()
+		cp.Status.RouteStatus = st
+		_, err := w.client.GatewayV1().GRPCRoutes(r.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
+		return err
+	}
+	return fmt.Errorf("xds: update status of a %T: not a route", o)
+}
+
+// get reads a route from the API server.
+func (w *routeStatusWriter) get(ctx context.Context, key routeKey) (any, error) {
+	if key.kind == grpcRouteKind {
+		return w.client.GatewayV1().GRPCRoutes(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	}
+	return w.client.GatewayV1().HTTPRoutes(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,33 +25,56 @@ import (
 // statusRig is a status writer over caches a test fills, writing to a
 // fake clientset.
 type statusRig struct {
-	w        *routeStatusWriter
-	client   *gatewayfake.Clientset
-	routes   cache.Indexer
-	services cache.Indexer
-	now      time.Time
+	w                  *routeStatusWriter
+	client             *gatewayfake.Clientset
+	routes, grpcRoutes cache.Indexer
+	services           cache.Indexer
+	now                time.Time
 }
 
-func newStatusRig(t *testing.T, svcs []*corev1.Service, route *gatewayv1.HTTPRoute) *statusRig {
+// newStatusRig holds svcs and routes (HTTPRoutes and GRPCRoutes) in its
+// caches and in the API server.
+func newStatusRig(t *testing.T, svcs []*corev1.Service, routes ...runtime.Object) *statusRig {
 	t.Helper()
-	r := &statusRig{client: gatewayfake.NewSimpleClientset(route.DeepCopy()), now: t0.Add(time.Hour),
-		routes:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
-		services: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+	var objs []runtime.Object
+	for _, o := range routes {
+		objs = append(objs, o.DeepCopyObject())
+	}
+	r := &statusRig{client: gatewayfake.NewSimpleClientset(objs...), now: t0.Add(time.Hour),
+		routes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
+		grpcRoutes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
+		services:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
 	for _, s := range svcs {
 		_ = r.services.Add(s)
 	}
-	_ = r.routes.Add(route.DeepCopy())
-	r.w = newRouteStatusWriter(r.client, r.routes, corelisters.NewServiceLister(r.services), "", quiet)
+	for _, o := range routes {
+		r.cache(o)
+	}
+	r.w = newRouteStatusWriter(r.client, r.routes, r.grpcRoutes, corelisters.NewServiceLister(r.services), "", quiet)
 	r.w.now = func() time.Time { return r.now }
 	return r
 }
 
-// sync syncs the route and returns the status updates it sent.
+// cache puts a copy of a route in its kind's cache, as the watch would.
+func (r *statusRig) cache(o runtime.Object) {
+	store := r.routes
+	if _, ok := o.(*gatewayv1.GRPCRoute); ok {
+		store = r.grpcRoutes
+	}
+	_ = store.Update(o.DeepCopyObject())
+}
+
+// sync syncs the HTTPRoute ns/name and returns the status updates it sent.
 func (r *statusRig) sync(t *testing.T, key string) int {
 	t.Helper()
-	before := r.updates()
 	ns, name, _ := strings.Cut(key, "/")
-	if err := r.w.sync(context.Background(), nn(ns, name)); err != nil {
+	return r.syncKey(t, routeKey{httpRouteKind, nn(ns, name)})
+}
+
+func (r *statusRig) syncKey(t *testing.T, key routeKey) int {
+	t.Helper()
+	before := r.updates()
+	if err := r.w.sync(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
 	return r.updates() - before
@@ -210,9 +234,10 @@ func TestRouteStatusReplicas(t *testing.T) {
 // entries of ours needs no write.
 func TestMergeRouteStatusEmpty(t *testing.T) {
 	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{{Name: "ingress"}}, rule(nil, to("", "v1", 80, nil)))
-	ours := routeParentStatuses(route, func(types.NamespacedName) *corev1.Service { return nil }, "", metav1.NewTime(t0))
+	lookup := func(types.NamespacedName) *corev1.Service { return nil }
+	ours := routeParentStatuses(analyzeRoute(route, lookup, ""), lookup, nil, metav1.NewTime(t0))
 	eq(t, len(ours), 0)
-	if _, changed := mergeRouteStatus(route, ours); changed {
+	if _, changed := mergeRouteStatus(route.Status.RouteStatus, route.Generation, ours); changed {
 		t.Fatal("a status change for a route meshlet has no part in")
 	}
 }
@@ -242,7 +267,7 @@ func TestRouteParentConditions(t *testing.T) {
 		{"another namespace", []gatewayv1.HTTPRouteRule{rule(nil, to("billing", "pay", 80, nil))}, "True/Accepted", "True/ResolvedRefs", "none"},
 	} {
 		route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 0)}, tc.rules...)
-		ps := routeParentStatuses(route, lookup, "", metav1.NewTime(t0))
+		ps := routeParentStatuses(analyzeRoute(route, lookup, ""), lookup, nil, metav1.NewTime(t0))
 		if len(ps) != 1 {
 			t.Fatalf("%s: %d entries", tc.name, len(ps))
 		}
@@ -252,4 +277,93 @@ func TestRouteParentConditions(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, want)
 		}
 	}
+}
+
+func (r *statusRig) storedGRPC(t *testing.T, key string) *gatewayv1.GRPCRoute {
+	t.Helper()
+	ns, name, _ := strings.Cut(key, "/")
+	got, err := r.client.GatewayV1().GRPCRoutes(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// queued drains the writer's queue.
+func (r *statusRig) queued() []string {
+	var out []string
+	for r.w.queue.Len() > 0 {
+		k, _ := r.w.queue.Get()
+		r.w.queue.Done(k)
+		out = append(out, k.String())
+	}
+	return out
+}
+
+// TestGRPCRouteStatus: a GRPCRoute's entries, as an HTTPRoute's; an
+// HTTPRoute of the same namespace gives way to it on the ports it holds:
+// Accepted False/Conflicted where it holds all the parentRef's ports
+// (and no PartiallyInvalid then), Accepted True naming the ports held
+// where some are left; a GRPCRoute of another namespace (another
+// audience) holds nothing for it. The GRPCRoute's deletion queues the
+// HTTPRoute, which is accepted again.
+func TestGRPCRouteStatus(t *testing.T) {
+	mirror := grule(nil, gto("", "v1", 80, nil))
+	mirror.Filters = []gatewayv1.GRPCRouteFilter{{Type: gatewayv1.GRPCRouteFilterRequestMirror,
+		RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{BackendRef: to("", "v2", 80, nil).BackendObjectReference}}}
+	api := grpcRoute("shop", "api", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)},
+		grule([]gatewayv1.GRPCRouteMatch{method(exactM, "a.S", "")}, gto("", "v1", 80, nil), gto("", "gone", 80, nil)),
+		mirror)
+	cons := grpcRoute("web", "g", 0, []gatewayv1.ParentReference{svcRef("shop", "echo", 8080)}, grule(nil, gto("shop", "v1", 80, nil)))
+	dropped := rule(nil, to("", "v1", 80, nil))
+	dropped.Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterCORS}}
+	web := httpRoute("shop", "web", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80), svcRef("", "echo", 0)},
+		rule(nil, to("", "v1", 80, nil)), dropped)
+	rig := newStatusRig(t, shop(), api, cons, web)
+
+	eq(t, rig.syncKey(t, routeKey{grpcRouteKind, nn("shop", "api")}), 1)
+	stored := rig.storedGRPC(t, "shop/api")
+	rig.cache(stored)
+	ps := stored.Status.Parents
+	eq(t, len(ps), 1)
+	eq(t, [4]any{ps[0].ControllerName, cond(ps[0], gatewayv1.RouteConditionAccepted), cond(ps[0], gatewayv1.RouteConditionResolvedRefs),
+		cond(ps[0], gatewayv1.RouteConditionPartiallyInvalid)},
+		[4]any{MeshControllerName, "True/Accepted", "False/BackendNotFound", "True/UnsupportedValue"})
+	if msg := meta.FindStatusCondition(ps[0].Conditions, "PartiallyInvalid").Message; !strings.HasPrefix(msg, "Dropped Rule 1 (filter 0: type RequestMirror") {
+		t.Errorf("PartiallyInvalid message %q", msg)
+	}
+	eq(t, rig.syncKey(t, routeKey{grpcRouteKind, nn("shop", "api")}), 0)
+
+	eq(t, rig.sync(t, "shop/web"), 1)
+	ps = rig.stored(t, "shop/web").Status.Parents
+	eq(t, len(ps), 2)
+	eq(t, [2]string{cond(ps[0], gatewayv1.RouteConditionAccepted), cond(ps[0], gatewayv1.RouteConditionPartiallyInvalid)},
+		[2]string{"False/Conflicted", "none"})
+	eq(t, [2]string{cond(ps[1], gatewayv1.RouteConditionAccepted), cond(ps[1], gatewayv1.RouteConditionPartiallyInvalid)},
+		[2]string{"True/Accepted", "True/UnsupportedValue"})
+	for i, want := range []string{"Service shop/echo: port 80 is held by GRPCRoute shop/api;",
+		"Accepted, except on Service shop/echo: port 80 is held by GRPCRoute shop/api;"} {
+		msg := meta.FindStatusCondition(ps[i].Conditions, "Accepted").Message
+		if !strings.HasPrefix(msg, want) || strings.Contains(msg, "8080") {
+			t.Errorf("entry %d: Accepted message %q, want it to start %q and leave 8080 (web's GRPCRoute) out", i, msg, want)
+		}
+	}
+
+	// The GRPCRoute goes: its deletion queues the HTTPRoute on its
+	// parent, which is accepted on every port again.
+	rig.queued()
+	rig.w.routeChanged(api, nil)
+	eq(t, rig.queued(), []string{"HTTPRoute shop/web"})
+	_ = rig.grpcRoutes.Delete(api)
+	eq(t, rig.sync(t, "shop/web"), 1)
+	ps = rig.stored(t, "shop/web").Status.Parents
+	for i := range ps {
+		c := meta.FindStatusCondition(ps[i].Conditions, "Accepted")
+		eq(t, [2]string{cond(ps[i], gatewayv1.RouteConditionAccepted), c.Message}, [2]string{"True/Accepted", "Accepted"})
+	}
+	// A Service event queues the routes of both kinds on it.
+	rig.w.serviceEvent(nn("shop", "echo"))
+	got := rig.queued()
+	slices.Sort(got)
+	eq(t, got, []string{"GRPCRoute web/g", "HTTPRoute shop/web"})
 }

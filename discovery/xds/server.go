@@ -105,8 +105,8 @@ type Stats struct {
 // or many sidecars never hold up the model. Sidecars with the same
 // locality and Service (and namespace, when it has consumer routes) share
 // one snapshot, which carries the RouteConfigurations of the HTTPRoutes
-// attached to Services (UpsertHTTPRoute, or RunInformersWithRoutes' informer)
-// beside the clusters. It serves the state-of-the-world
+// and GRPCRoutes attached to Services (UpsertHTTPRoute, UpsertGRPCRoute, or
+// RunInformersWithRoutes' informers) beside the clusters. It serves the state-of-the-world
 // and delta ADS through go-control-plane's snapshot cache.
 type Server struct {
 	opts  Options
