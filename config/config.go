@@ -219,6 +219,13 @@ type InboundMTLS struct {
 	Ports map[uint16]PeerAuthorization
 }
 
+// PassthroughPort is the port of an endpoint address that stands for the
+// connection's original destination port: a cluster whose endpoint is
+// 127.0.0.1:0 reaches the app on loopback at whatever port the client
+// dialled, as Istio's InboundPassthroughCluster does for the ports a pod
+// does not declare.
+const PassthroughPort = 0
+
 // Endpoint metadata keys (lb.Endpoint.Metadata) the data plane reads.
 const (
 	// MetadataMeshed is "true" on an endpoint whose pod runs a meshlet

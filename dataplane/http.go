@@ -84,6 +84,9 @@ type activeStream struct {
 	// origPath is the request target before a route table's rewrite ("":
 	// not rewritten), for the access log.
 	origPath string
+	// dst is the request's original destination (a passthrough
+	// endpoint's port).
+	dst netip.AddrPort
 }
 
 // httpScratch is the router's state for one request, in one allocation
@@ -189,7 +192,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	req.Body = cb
 	st := w.s.state.Load()
 	ex := &s.ex
-	*ex = activeStream{w: w, sw: sw, h1: hw, grpc: strings.HasPrefix(h1.Get(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
+	*ex = activeStream{w: w, sw: sw, h1: hw, dst: info.dst, grpc: strings.HasPrefix(h1.Get(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
 		netHTTP1: hw == nil && req.ProtoMajor == 1}
 	if h1.Get(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
@@ -553,7 +556,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		}
 		rs.OnHostAttempted(h) // the retry priority excludes its level later
 		ex.tried = append(ex.tried, h.ID)
-		ex.host = h.Address
+		ex.host = upstreamAddr(h, ex.dst)
 		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
 		w.release(c, h)
 		hc.rqActive.Add(-1)
@@ -655,7 +658,7 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	} else if len(ex.tried) > 1 {
 		out = req.Clone(req.Context())
 	}
-	out.URL.Host = h.Address
+	out.URL.Host = ex.host
 	kind := transportPlain
 	ex.upMTLS, ex.upstreamPeer = false, ""
 	if w.meshed(h) {
@@ -923,4 +926,14 @@ func serviceName(host string, dst netip.AddrPort) string {
 		return dst.String()
 	}
 	return "unknown"
+}
+
+// upstreamAddr is the address to dial for h: its own, or for a
+// passthrough endpoint (port config.PassthroughPort) its host at the
+// original destination's port.
+func upstreamAddr(h *lb.Host, dst netip.AddrPort) string {
+	if !strings.HasSuffix(h.Address, ":0") || !dst.IsValid() {
+		return h.Address
+	}
+	return h.Address[:len(h.Address)-1] + strconv.Itoa(int(dst.Port()))
 }

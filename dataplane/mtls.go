@@ -200,7 +200,13 @@ func (w *worker) meshed(h *lb.Host) bool {
 // configuration names none). A failed handshake is a connect failure
 // (UF), as in Envoy, with the TLS error as the transport failure reason.
 func (w *worker) dialHost(ctx context.Context, c *cluster, h *lb.Host, alpn string) (net.Conn, error) {
-	conn, err := w.dial(ctx, c, h.Address)
+	return w.dialHostAt(ctx, c, h, h.Address, alpn)
+}
+
+// dialHostAt is dialHost at addr, h's address or, for a passthrough
+// endpoint, the one upstreamAddr made of it.
+func (w *worker) dialHostAt(ctx context.Context, c *cluster, h *lb.Host, addr, alpn string) (net.Conn, error) {
+	conn, err := w.dial(ctx, c, addr)
 	if err != nil || !w.meshed(h) {
 		return conn, err
 	}

@@ -59,8 +59,8 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 			return
 		}
 		tried = append(tried, h.ID)
-		e.UpstreamHost = h.Address
-		conn, err := w.dialHost(context.Background(), cl, h, mtls.ALPNOpaqueTCP) // no shared parent context
+		e.UpstreamHost = upstreamAddr(h, info.dst)
+		conn, err := w.dialHostAt(context.Background(), cl, h, e.UpstreamHost, mtls.ALPNOpaqueTCP) // no shared parent context
 		w.release(cl, h)
 		hc.rqActive.Add(-1)
 		if err != nil {

@@ -13,11 +13,16 @@ import (
 	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 )
 
+// InboundPassthroughCluster is the inbound cluster of the ports a pod
+// does not declare (Istio's name).
+const InboundPassthroughCluster = "InboundPassthroughCluster"
+
 // podConfig is the sidecar's configuration inside a Kubernetes pod
-// (`run -pod`): Istio's ports, outbound clusters from xDS, and one inbound
+// (`run -pod`): Istio's ports, outbound clusters from xDS, one inbound
 // route per app port (MESHLET_APP_PORTS, set by the injector from the
 // containers' ports) to the app on loopback, where sk_lookup delivers
-// connections for those ports. MESHLET_MTLS_MODE (STRICT or PERMISSIVE,
+// connections for those ports, and a last one for every other port, to
+// the app at the port dialled. MESHLET_MTLS_MODE (STRICT or PERMISSIVE,
 // the default) is the inbound mTLS mode once the sidecar has an identity.
 func podConfig(getenv func(string) string) (*config.Config, error) {
 	cfg := &config.Config{
@@ -66,6 +71,15 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: name, Destination: fmt.Sprintf(":%d", p),
 			Cluster: name, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
 	}
+	// The ports the pod does not declare: sk_lookup delivers them too, and
+	// they reach the app at the port dialled, as through Istio's
+	// InboundPassthroughCluster.
+	cfg.Clusters = append(cfg.Clusters, config.Cluster{Name: InboundPassthroughCluster, LB: lb.DefaultClusterConfig(),
+		Endpoints:      []lb.Endpoint{{Address: fmt.Sprintf("127.0.0.1:%d", config.PassthroughPort)}},
+		ConnectTimeout: time.Second, CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1,
+		IdleTimeout: config.DefaultUpstreamIdleTimeout})
+	cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: InboundPassthroughCluster,
+		Cluster: InboundPassthroughCluster, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
 	return cfg, cfg.Validate()
 }
 

@@ -22,12 +22,17 @@ func TestPodConfigInboundPerAppPort(t *testing.T) {
 	if cfg.Admin != "127.0.0.1:15000" || cfg.Health != "0.0.0.0:15021" || cfg.Prometheus != "0.0.0.0:15090" {
 		t.Errorf("ports: admin %s health %s prometheus %s", cfg.Admin, cfg.Health, cfg.Prometheus)
 	}
-	if len(cfg.Clusters) != 2 || cfg.Clusters[1].Name != "inbound|9090" || cfg.Clusters[1].Endpoints[0].Address != "127.0.0.1:9090" {
+	if len(cfg.Clusters) != 3 || cfg.Clusters[1].Name != "inbound|9090" || cfg.Clusters[1].Endpoints[0].Address != "127.0.0.1:9090" {
 		t.Fatalf("clusters = %+v", cfg.Clusters)
 	}
 	in := cfg.Listeners[1]
-	if in.Address != "0.0.0.0:15006" || len(in.Routes) != 2 || in.Routes[0].Destination != ":8080" || in.Routes[0].Cluster != "inbound|8080" {
+	if in.Address != "0.0.0.0:15006" || len(in.Routes) != 3 || in.Routes[0].Destination != ":8080" || in.Routes[0].Cluster != "inbound|8080" {
 		t.Fatalf("inbound listener = %+v", in)
+	}
+	// Every other port: the passthrough, last, to the port dialled.
+	if r := in.Routes[2]; r.Destination != "" || r.Cluster != InboundPassthroughCluster ||
+		cfg.Clusters[2].Endpoints[0].Address != "127.0.0.1:0" {
+		t.Fatalf("passthrough route %+v, cluster %+v", r, cfg.Clusters[2])
 	}
 }
 
@@ -95,7 +100,7 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, l := range merged.Listeners {
-			if want := map[string]int{"outbound": 1, "outbound6": 1, "inbound": 0}[l.Name]; len(l.Routes) != want {
+			if want := map[string]int{"outbound": 1, "outbound6": 1, "inbound": 1}[l.Name]; len(l.Routes) != want { // inbound: the passthrough
 				t.Errorf("IPv6 loopback %v: listener %s has %d routes, want %d", v6, l.Name, len(l.Routes), want)
 			}
 		}
