@@ -223,8 +223,14 @@ type InboundMTLS struct {
 // connection's original destination port: a cluster whose endpoint is
 // 127.0.0.1:0 reaches the app on loopback at whatever port the client
 // dialled, as Istio's InboundPassthroughCluster does for the ports a pod
-// does not declare.
+// does not declare; one at 0.0.0.0:0 (PassthroughAddress) reaches the
+// original destination itself, as Istio's PassthroughCluster does for
+// destinations the mesh does not know.
 const PassthroughPort = 0
+
+// PassthroughAddress is the endpoint address that stands for the whole
+// original destination (see PassthroughPort).
+const PassthroughAddress = "0.0.0.0:0"
 
 // Endpoint metadata keys (lb.Endpoint.Metadata) the data plane reads.
 const (

@@ -14,7 +14,8 @@ import (
 
 // TestPassthroughEndpoint: an endpoint at port config.PassthroughPort
 // (127.0.0.1:0) is dialled at the original destination's port, for HTTP
-// and for opaque TCP, as Istio's InboundPassthroughCluster reaches a
+// and for opaque TCP, and one at config.PassthroughAddress at the
+// original destination, as Istio's InboundPassthroughCluster reaches a
 // port the pod does not declare.
 func TestPassthroughEndpoint(t *testing.T) {
 	app := upstream(t, "127.0.0.1", named("app"))
@@ -28,6 +29,16 @@ func TestPassthroughEndpoint(t *testing.T) {
 		t.Fatalf("HTTP through the passthrough: %d %q", code, body)
 	}
 	logs.waitLine(t, "GET / ", " 200 ", `"`+app+`"`)
+
+	// The whole original destination (config.PassthroughAddress).
+	other := upstream(t, "127.0.0.2", named("other"))
+	cfg3 := testConfig(noRetry, testCluster("any", endpoint(config.PassthroughAddress, "a")))
+	cfg3.Listeners[0].OriginalDestination = other
+	cfg3.Listeners[0].Routes = []config.Route{{Name: "any", Cluster: "any"}}
+	s3, _ := startServer(t, cfg3)
+	if code, body, _ := get(t, &http.Client{}, s3, "/"); code != 200 || body != "other" {
+		t.Fatalf("HTTP through the whole-destination passthrough: %d %q", code, body)
+	}
 
 	// Opaque TCP: a server-first-free echo at another port.
 	echo := serveTCP(t, "127.0.0.1", func(c net.Conn) { io.Copy(c, c) })

@@ -14,8 +14,12 @@ import (
 )
 
 // InboundPassthroughCluster is the inbound cluster of the ports a pod
-// does not declare (Istio's name).
-const InboundPassthroughCluster = "InboundPassthroughCluster"
+// does not declare, PassthroughCluster the outbound one of destinations
+// the mesh does not know (Istio's names).
+const (
+	InboundPassthroughCluster = "InboundPassthroughCluster"
+	PassthroughCluster        = "PassthroughCluster"
+)
 
 // podConfig is the sidecar's configuration inside a Kubernetes pod
 // (`run -pod`): Istio's ports, outbound clusters from xDS, one inbound
@@ -80,6 +84,21 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 		IdleTimeout: config.DefaultUpstreamIdleTimeout})
 	cfg.Listeners[1].Routes = append(cfg.Listeners[1].Routes, config.Route{Name: InboundPassthroughCluster,
 		Cluster: InboundPassthroughCluster, Timeout: 0, Retry: discovery.DefaultRetryPolicy()})
+	// Destinations the mesh does not know (a pod's own address, anything
+	// outside the cluster) go where they were dialled, as Istio's default
+	// outbound policy (ALLOW_ANY) sends them through its
+	// PassthroughCluster; mergeXDS keeps this catch-all after the
+	// Services' routes.
+	cfg.Clusters = append(cfg.Clusters, config.Cluster{Name: PassthroughCluster, LB: lb.DefaultClusterConfig(),
+		Endpoints:      []lb.Endpoint{{Address: config.PassthroughAddress}},
+		ConnectTimeout: 10 * time.Second, CircuitBreakers: circuitbreaker.DefaultThresholds(), Protocol: config.UpstreamHTTP1,
+		IdleTimeout: config.DefaultUpstreamIdleTimeout})
+	for i := range cfg.Listeners {
+		if l := &cfg.Listeners[i]; l.Direction == config.Outbound {
+			l.Routes = append(l.Routes, config.Route{Name: PassthroughCluster, Cluster: PassthroughCluster, Timeout: 0,
+				Retry: discovery.DefaultRetryPolicy()})
+		}
+	}
 	return cfg, cfg.Validate()
 }
 

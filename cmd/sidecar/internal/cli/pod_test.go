@@ -22,7 +22,7 @@ func TestPodConfigInboundPerAppPort(t *testing.T) {
 	if cfg.Admin != "127.0.0.1:15000" || cfg.Health != "0.0.0.0:15021" || cfg.Prometheus != "0.0.0.0:15090" {
 		t.Errorf("ports: admin %s health %s prometheus %s", cfg.Admin, cfg.Health, cfg.Prometheus)
 	}
-	if len(cfg.Clusters) != 3 || cfg.Clusters[1].Name != "inbound|9090" || cfg.Clusters[1].Endpoints[0].Address != "127.0.0.1:9090" {
+	if len(cfg.Clusters) != 4 || cfg.Clusters[1].Name != "inbound|9090" || cfg.Clusters[1].Endpoints[0].Address != "127.0.0.1:9090" {
 		t.Fatalf("clusters = %+v", cfg.Clusters)
 	}
 	in := cfg.Listeners[1]
@@ -33,6 +33,10 @@ func TestPodConfigInboundPerAppPort(t *testing.T) {
 	if r := in.Routes[2]; r.Destination != "" || r.Cluster != InboundPassthroughCluster ||
 		cfg.Clusters[2].Endpoints[0].Address != "127.0.0.1:0" {
 		t.Fatalf("passthrough route %+v, cluster %+v", r, cfg.Clusters[2])
+	}
+	// Unknown outbound destinations: where they were dialled.
+	if out := cfg.Listeners[0]; len(out.Routes) != 1 || out.Routes[0].Cluster != PassthroughCluster || cfg.Clusters[3].Endpoints[0].Address != "0.0.0.0:0" {
+		t.Fatalf("outbound routes %+v, cluster %+v", out.Routes, cfg.Clusters[3])
 	}
 }
 
@@ -100,8 +104,11 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, l := range merged.Listeners {
-			if want := map[string]int{"outbound": 1, "outbound6": 1, "inbound": 1}[l.Name]; len(l.Routes) != want { // inbound: the passthrough
+			// Each with its passthrough, last.
+			if want := map[string]int{"outbound": 2, "outbound6": 2, "inbound": 1}[l.Name]; len(l.Routes) != want {
 				t.Errorf("IPv6 loopback %v: listener %s has %d routes, want %d", v6, l.Name, len(l.Routes), want)
+			} else if last := l.Routes[len(l.Routes)-1]; last.Destination != "" || !strings.Contains(last.Cluster, "PassthroughCluster") {
+				t.Errorf("IPv6 loopback %v: listener %s ends with %+v, want its passthrough", v6, l.Name, last)
 			}
 		}
 	}

@@ -135,7 +135,7 @@ func (x *xdsSource) apply(clusters []config.Cluster) {
 
 // mergeXDS adds xDS clusters to the static ones (a static cluster wins a
 // name clash) and xDS routes to the first outbound listener of each
-// address family, after its static routes; the control plane's local cluster becomes the zone-aware
+// address family, after its static routes but before a static catch-all; the control plane's local cluster becomes the zone-aware
 // local cluster unless the static file names one.
 func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Route) (*config.Config, error) {
 	cfg := *base
@@ -168,7 +168,17 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 			continue
 		}
 		done[v6] = true
-		l.Routes = append(append([]config.Route(nil), l.Routes...), routes...)
+		// A static catch-all (no destination, no host: the passthrough)
+		// goes after the Services' routes, which it would otherwise hide.
+		var specific, catchAll []config.Route
+		for _, r := range l.Routes {
+			if r.Destination == "" && len(r.Hosts) == 0 {
+				catchAll = append(catchAll, r)
+			} else {
+				specific = append(specific, r)
+			}
+		}
+		l.Routes = append(append(specific, routes...), catchAll...)
 	}
 	return &cfg, cfg.Validate()
 }
