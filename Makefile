@@ -9,7 +9,7 @@ GO ?= go
 export CGO_ENABLED := 0
 TESTFLAGS = -trimpath -tags grpcnotrace
 
-.PHONY: test fmt vet unit unit-http1-fallback vectors e2e e2e-tools demo bench sidecar images push
+.PHONY: test fmt vet unit unit-http1-fallback vectors e2e e2e-tools conformance demo bench sidecar images push
 
 # The whole suite as CI runs it (hack/test.sh): needs root, installs what
 # a fresh machine lacks, says what each step does, and checks that the
@@ -54,6 +54,15 @@ e2e-tools:
 
 e2e: e2e-tools
 	$(GO) test $(TESTFLAGS),e2e -count=1 -timeout 30m ./e2e/
+
+# Gateway API's conformance suite (MESH-HTTP) on real nodes alone
+# (TestGatewayAPIConformance; make e2e runs it with the rest), its report
+# written to CONFORMANCE_REPORT. ARGS go to the suite, e.g.
+# ARGS=-run-test=MeshBasic.
+CONFORMANCE_REPORT ?= docs/conformance/gateway-api-v1.6.3-mesh.yaml
+conformance: e2e-tools
+	MESHLET_CONFORMANCE_REPORT=$(abspath $(CONFORMANCE_REPORT)) $(GO) test $(TESTFLAGS),e2e -count=1 -timeout 30m \
+		-run '^TestGatewayAPIConformance$$' -v ./e2e/ $(if $(ARGS),-args $(ARGS))
 
 # The sidecar binary as it ships (images, benchmarks): static, and without
 # gRPC's x/net/trace debug pages (-tags grpcnotrace), which would link

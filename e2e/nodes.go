@@ -29,11 +29,13 @@ import (
 // registry in the test process on loopback (registry.go), which every
 // node's containerd is configured to reach over plain HTTP; pods name them
 // by digest, so the kubelets pull exactly what was pushed, and nothing from
-// off the machine. The host's network namespace is every node's, so one kube-proxy
-// (nftables mode, as node-a) translates ClusterIPs for all of them, and
-// CoreDNS on ControlPlaneIP answers for the cluster domain behind the
-// kube-dns Service (StartNodes). Traffic stays on the machine: node IPs sit
-// on a port-less bridge, pods reach each other through the host's connected
+// off the machine. It also stands in for registry.k8s.io
+// (mirroredRegistries), for manifests that name upstream images, such as
+// the Gateway API conformance suite's. The host's network namespace is
+// every node's, so one kube-proxy (nftables mode, as node-a) translates
+// ClusterIPs for all of them, and CoreDNS on ControlPlaneIP answers for
+// the cluster domain behind the kube-dns Service (StartNodes). Traffic
+// stays on the machine: node IPs sit on a port-less bridge, pods reach each other through the host's connected
 // routes, the Service range is routed onto that port-less bridge (a
 // ClusterIP kube-proxy did not translate goes nowhere), two FORWARD rules
 // drop anything leaving or entering the pod ranges from elsewhere, and
@@ -130,10 +132,19 @@ func (c *Cluster) StartNodes(t *testing.T, zones ...string) []*Node {
 
 	for i, zone := range zones {
 		letter := string(rune('a' + i))
+		// Not below c.Dir, which is named after the test: the sockets
+		// containerd and the kubelet make in their folders
+		// (containerd.sock.ttrpc, kubelet/root/pod-resources/NNN) must fit
+		// in a socket address's 104 bytes, also for a long test name.
+		// n.stop removes it.
+		dir, err := os.MkdirTemp("", "node-"+letter+"-")
+		if err != nil {
+			t.Fatalf("node-%s: %v", letter, err)
+		}
 		n := &Node{
 			Name: "node-" + letter, Zone: zone, IP: fmt.Sprintf("10.250.0.%d", 11+i),
 			Subnet: fmt.Sprintf("10.244.%d.0/24", i+1), Bridge: "mltb" + tag + letter,
-			Dir:        filepath.Join(c.Dir, "node-"+letter),
+			Dir:        dir,
 			CgroupRoot: fmt.Sprintf("/meshlet-test-%d-node-%s", os.Getpid(), letter),
 		}
 		nodes = append(nodes, n)
@@ -207,7 +218,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     bin_dir = %q
     conf_dir = %q
   [plugins."io.containerd.grpc.v1.cri".registry]
-    # a hosts.toml per registry host: the suite's registry over plain HTTP
+    # a hosts.toml per registry host: the suite's registry over plain
+    # HTTP, and the registries it mirrors (mirroredRegistries)
     config_path = %q
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -219,6 +231,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         Root = %q
 `, p("containerd", "root"), p("containerd", "state"), n.Socket, c.Images.Pause, cniBin, p("cni", "net.d"), p("containerd", "certs.d"), p("containerd", "runc")))
 	c.registry.writeHostsTOML(t, p("containerd", "certs.d"))
+	c.registry.writeMirrorHostsTOML(t, p("containerd", "certs.d"))
 	gw := strings.TrimSuffix(n.Subnet, "0/24") + "1"
 	writeFile(t, p("cni", "net.d"), "10-meshlet-e2e.conflist", fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -484,6 +497,11 @@ func (n *Node) stop(t *testing.T) {
 		removeTree(filepath.Join(mnt, n.CgroupRoot))
 	}
 	_ = exec.Command("ip", "link", "del", n.Bridge).Run()
+	// The node's folder, unless a mount is left in it (removing through
+	// it would reach into what it mounts; TestMain reports it).
+	if len(mountsUnder(n.Dir)) == 0 {
+		_ = os.RemoveAll(n.Dir)
+	}
 	// libcni's result cache for this node's network.
 	cached, _ := filepath.Glob("/var/lib/cni/results/meshlet-e2e-" + n.Name + "-*")
 	for _, f := range cached {

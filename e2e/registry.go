@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +120,54 @@ func (r *imageRegistry) writeHostsTOML(t *testing.T, certsDir string) {
 `, r.Host, r.Host))
 }
 
+// mirroredRegistries are the registries whose images the nodes pull from
+// the suite's registry under their own names (writeMirrorHostsTOML,
+// pushMirrored): manifests that name upstream images, as the Gateway API
+// conformance suite's do (registry.k8s.io/gateway-api/echo-advanced), run
+// what the test built and pushed. No other registry is configured, and
+// the machine reaches none.
+var mirroredRegistries = []string{"registry.k8s.io"}
+
+// writeMirrorHostsTOML writes containerd's host config for each of
+// mirroredRegistries under certsDir, naming r as its server over plain
+// HTTP: containerd tries a registry's own host only when its hosts.toml
+// sets no server, so nothing is ever pulled from the upstream.
+func (r *imageRegistry) writeMirrorHostsTOML(t *testing.T, certsDir string) {
+	t.Helper()
+	for _, upstream := range mirroredRegistries {
+		dir := filepath.Join(certsDir, upstream)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatalf("containerd's registry config for %s: %v", upstream, err)
+		}
+		writeFile(t, dir, "hosts.toml", fmt.Sprintf(`# %s is mirrored by the suite's registry: never pulled from the Internet
+server = "http://%s"
+
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, upstream, r.Host, r.Host))
+	}
+}
+
+// pushMirrored pushes idx to r under ref's repository and tag, where the
+// nodes pull it as ref (whose registry must be one of mirroredRegistries),
+// and returns ref's repository at idx's digest: the imageID the kubelet
+// reports for a container of ref.
+func (r *imageRegistry) pushMirrored(t *testing.T, idx v1.ImageIndex, ref name.Tag) name.Digest {
+	t.Helper()
+	if !slices.Contains(mirroredRegistries, ref.RegistryStr()) {
+		t.Fatalf("push %s: the nodes pull %s from the Internet, not from the suite's registry (mirroredRegistries: %v)", ref, ref.RegistryStr(), mirroredRegistries)
+	}
+	local, err := name.NewTag(r.Host + "/" + ref.RepositoryStr() + ":" + ref.TagStr())
+	if err != nil {
+		t.Fatalf("push %s to the suite's registry: %v", ref, err)
+	}
+	d, err := images.Push(context.Background(), idx, local)
+	if err != nil {
+		t.Fatalf("push %s to the suite's registry as %s: %v", ref, local, err)
+	}
+	return ref.Context().Digest(d.String())
+}
+
 // buildImages builds the node images with internal/images and pushes each
 // to r; it returns their digest-pinned references. The pause and echo
 // images are for this machine's platform only; the sidecar and the
@@ -200,34 +249,42 @@ func (c *Cluster) checkPulled(t *testing.T, pods ...corev1.Pod) {
 // rather than finding them imported).
 func (c *Cluster) checkRegistryPulls(t *testing.T) {
 	t.Helper()
-	reqs := c.registry.containerdRequests()
-	fetched := func(repoPath, digest string) bool {
-		for _, r := range reqs {
-			if r == "GET /v2/"+repoPath+"/manifests/"+digest+" 200" {
-				return true
-			}
-		}
-		return false
-	}
 	for img, ref := range c.Images.refs() {
 		d, err := name.NewDigest(ref)
 		if err != nil {
 			t.Fatal(err)
 		}
-		repo := d.Context().RepositoryStr()
-		if !fetched(repo, d.DigestStr()) {
-			t.Errorf("containerd never fetched %s's index %s from the registry; its requests:\n%s", img, d.DigestStr(), strings.Join(reqs, "\n"))
-			continue
-		}
-		plat, err := c.platformManifest(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !fetched(repo, plat) {
-			t.Errorf("containerd fetched %s's index but not its %s/%s manifest %s; its requests:\n%s", img, "linux", runtime.GOARCH, plat, strings.Join(reqs, "\n"))
-		}
+		c.checkFetched(t, img, d)
 	}
-	t.Logf("the nodes' containerds made %d requests to the registry at %s; every image's index and %s manifest fetched by digest", len(reqs), c.registry.Host, runtime.GOARCH)
+	t.Logf("the nodes' containerds made %d requests to the registry at %s; every image's index and %s manifest fetched by digest", len(c.registry.containerdRequests()), c.registry.Host, runtime.GOARCH)
+}
+
+// checkFetched fails unless the nodes' containerds fetched the index d
+// (a repository of the suite's registry, or of a mirrored one, at a
+// digest) from the suite's registry by its digest, and then the manifest
+// of this machine's platform in it.
+func (c *Cluster) checkFetched(t *testing.T, img string, d name.Digest) {
+	t.Helper()
+	reqs := c.registry.containerdRequests()
+	repo := d.Context().RepositoryStr()
+	fetched := func(digest string) bool {
+		return slices.Contains(reqs, "GET /v2/"+repo+"/manifests/"+digest+" 200")
+	}
+	if !fetched(d.DigestStr()) {
+		t.Errorf("containerd never fetched %s's index %s from the registry; its requests:\n%s", img, d.DigestStr(), strings.Join(reqs, "\n"))
+		return
+	}
+	local, err := name.NewDigest(c.registry.Host + "/" + repo + "@" + d.DigestStr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plat, err := c.platformManifest(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fetched(plat) {
+		t.Errorf("containerd fetched %s's index but not its %s/%s manifest %s; its requests:\n%s", img, "linux", runtime.GOARCH, plat, strings.Join(reqs, "\n"))
+	}
 }
 
 // platformManifest is the digest of this machine's platform's manifest in

@@ -183,37 +183,41 @@ func deref(p *bool) string {
 // before the cluster is torn down (cleanups run last first).
 func (c *Cluster) dumpOnFailure(t *testing.T, namespaces ...string) {
 	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		ctx := context.Background()
-		for _, ns := range namespaces {
-			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Logf("diagnostics: pods in %s: %v", ns, err)
-				continue
-			}
-			for _, p := range pods.Items {
-				t.Logf("diagnostics: pod %s/%s on %q: %s %s", ns, p.Name, p.Spec.NodeName, p.Status.Phase, podConditions(p))
-				for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-					t.Logf("diagnostics:   container %s ready=%v restarts=%d state=%+v last=%+v", s.Name, s.Ready, s.RestartCount, s.State, s.LastTerminationState)
-				}
-				if ns == "meshlet-system" {
-					t.Logf("diagnostics: injector %s log (tail):\n%s", p.Name, tail(c.podLog(t, p, "injector"), 3000))
-				}
-			}
-			if events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
-				for _, e := range events.Items {
-					t.Logf("diagnostics: event %s/%s %s %s: %s (x%d)", ns, e.InvolvedObject.Name, e.Type, e.Reason, e.Message, e.Count)
-				}
-			}
-			if svcs, err := c.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err == nil {
-				for _, s := range svcs.Items {
-					t.Logf("diagnostics: %s", c.serviceDiagnostics(ns, s.Name))
-				}
-			}
+		if t.Failed() {
+			c.diagnostics(t, namespaces...)
 		}
 	})
+}
+
+// diagnostics logs what dumpOnFailure logs, now.
+func (c *Cluster) diagnostics(t *testing.T, namespaces ...string) {
+	ctx := context.Background()
+	for _, ns := range namespaces {
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("diagnostics: pods in %s: %v", ns, err)
+			continue
+		}
+		for _, p := range pods.Items {
+			t.Logf("diagnostics: pod %s/%s on %q: %s %s", ns, p.Name, p.Spec.NodeName, p.Status.Phase, podConditions(p))
+			for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				t.Logf("diagnostics:   container %s ready=%v restarts=%d state=%+v last=%+v", s.Name, s.Ready, s.RestartCount, s.State, s.LastTerminationState)
+			}
+			if ns == "meshlet-system" {
+				t.Logf("diagnostics: injector %s log (tail):\n%s", p.Name, tail(c.podLog(t, p, "injector"), 3000))
+			}
+		}
+		if events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, e := range events.Items {
+				t.Logf("diagnostics: event %s/%s %s %s: %s (x%d)", ns, e.InvolvedObject.Name, e.Type, e.Reason, e.Message, e.Count)
+			}
+		}
+		if svcs, err := c.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, s := range svcs.Items {
+				t.Logf("diagnostics: %s", c.serviceDiagnostics(ns, s.Name))
+			}
+		}
+	}
 }
 
 func podConditions(p corev1.Pod) string {

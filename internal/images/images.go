@@ -5,7 +5,8 @@
 // index. The images are reproducible: the same sources, Go toolchain and
 // Meta give the same digests (fixed timestamps, sorted tar members,
 // owner 0:0, fixed modes). hack/images is its command line (make images,
-// make push); the e2e suite builds the images its nodes pull with it.
+// make push); the e2e suite builds the images its nodes pull with it,
+// the Gateway API conformance suite's echo image too (EchoAdvanced).
 // docs/reference/images.md describes the result.
 package images
 
@@ -181,13 +182,18 @@ func Index(s Spec, m Meta, platforms []v1.Platform, binaries []string) (v1.Image
 	if len(platforms) != len(binaries) {
 		return nil, fmt.Errorf("images: %s: %d platforms but %d binaries", s.Name, len(platforms), len(binaries))
 	}
-	base, err := baseLayer(m.Created)
+	base, err := baseLayer(m.Created, meshletAccount)
 	if err != nil {
 		return nil, err
 	}
 	var adds []mutate.IndexAddendum
 	for i, p := range platforms {
-		img, err := image(s, m, p, base, binaries[i])
+		b, err := os.ReadFile(binaries[i])
+		if err != nil {
+			return nil, fmt.Errorf("images: %s for %s: %w", s.Name, p, err)
+		}
+		img, err := image(s, m, p, base, []entry{{name: s.Path, mode: 0o755, data: b}},
+			"go build -trimpath -tags grpcnotrace "+s.Package+" (CGO_ENABLED=0 GOOS="+p.OS+" GOARCH="+p.Architecture+") to "+s.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -197,24 +203,21 @@ func Index(s Spec, m Meta, platforms []v1.Platform, binaries []string) (v1.Image
 	return mutate.Annotations(idx, m.annotations(s)).(v1.ImageIndex), nil
 }
 
-// image is s for platform p: the base layer, then a layer holding only
-// the binary at s.Path (the base is the same blob in every image).
-func image(s Spec, m Meta, p v1.Platform, base v1.Layer, binary string) (v1.Image, error) {
-	b, err := os.ReadFile(binary)
+// image is s for platform p: the base layer, then a layer holding files
+// (the binary at s.Path, and whatever else), made as createdBy says
+// (its history; the base is the same blob in every image).
+func image(s Spec, m Meta, p v1.Platform, base v1.Layer, files []entry, createdBy string) (v1.Image, error) {
+	top, err := layer(files, m.Created)
 	if err != nil {
-		return nil, fmt.Errorf("images: %s for %s: %w", s.Name, p, err)
-	}
-	bin, err := layer([]entry{{name: s.Path, mode: 0o755, data: b}}, m.Created)
-	if err != nil {
-		return nil, fmt.Errorf("images: %s for %s: binary layer: %w", s.Name, p, err)
+		return nil, fmt.Errorf("images: %s for %s: files layer: %w", s.Name, p, err)
 	}
 	created := v1.Time{Time: m.Created.UTC()}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err = mutate.Append(img,
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: created,
 			CreatedBy: "meshlet internal/images: CA bundle, /etc/passwd, /etc/group, /tmp", Comment: "base"}},
-		mutate.Addendum{Layer: bin, MediaType: types.OCILayer, History: v1.History{Created: created,
-			CreatedBy: "meshlet internal/images: go build -trimpath -tags grpcnotrace " + s.Package + " (CGO_ENABLED=0 GOOS=" + p.OS + " GOARCH=" + p.Architecture + ") to " + s.Path}})
+		mutate.Addendum{Layer: top, MediaType: types.OCILayer, History: v1.History{Created: created,
+			CreatedBy: "meshlet internal/images: " + createdBy}})
 	if err != nil {
 		return nil, fmt.Errorf("images: %s for %s: append layers: %w", s.Name, p, err)
 	}
@@ -245,14 +248,24 @@ func image(s Spec, m Meta, p v1.Platform, base v1.Layer, binary string) (v1.Imag
 // OpenSSL and most Linux programs read on Debian and its derivatives.
 const caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
 
+// account is a user of an image besides root, in /etc/passwd, with the
+// group of the same name and id in /etc/group.
+type account struct {
+	name string
+	id   int
+}
+
+// meshletAccount is UID's account in the shipped images.
+var meshletAccount = account{name: "meshlet", id: UID}
+
 // baseLayer is what every image has below its binary: the CA bundle (Go's
 // fallback roots, golang.org/x/crypto/x509roots/fallback, pinned in go.mod
 // so that the bundle, and so the digest, depends on the sources alone and
 // not on the building machine's ca-certificates), /etc/passwd and
-// /etc/group with root and UID (so that uid 1337 has a name for whatever
+// /etc/group with root and user (so that its uid has a name for whatever
 // looks it up), and a world-writable sticky /tmp for Go's
 // os.TempDir.
-func baseLayer(mtime time.Time) (v1.Layer, error) {
+func baseLayer(mtime time.Time, user account) (v1.Layer, error) {
 	var certs bytes.Buffer
 	for root := range bundle.Roots() {
 		// A root the bundle constrains (Mozilla's distrust-after dates)
@@ -265,11 +278,11 @@ func baseLayer(mtime time.Time) (v1.Layer, error) {
 			return nil, fmt.Errorf("images: CA bundle: %w", err)
 		}
 	}
-	uid := strconv.Itoa(UID)
+	id := strconv.Itoa(user.id)
 	l, err := layer([]entry{
 		{name: caBundlePath, mode: 0o644, data: certs.Bytes()},
-		{name: "/etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nmeshlet:x:" + uid + ":" + uid + ":meshlet:/nonexistent:/sbin/nologin\n")},
-		{name: "/etc/group", mode: 0o644, data: []byte("root:x:0:\nmeshlet:x:" + uid + ":\n")},
+		{name: "/etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\n" + user.name + ":x:" + id + ":" + id + ":" + user.name + ":/nonexistent:/sbin/nologin\n")},
+		{name: "/etc/group", mode: 0o644, data: []byte("root:x:0:\n" + user.name + ":x:" + id + ":\n")},
 		{name: "/tmp/", mode: 0o1777},
 	}, mtime)
 	if err != nil {

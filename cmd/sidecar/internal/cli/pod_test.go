@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,30 @@ func TestMemReleaserRunsOnceAfterABurst(t *testing.T) {
 	// Any stray release of the burst was due before this one.
 	if n := len(ran); n != 0 {
 		t.Fatalf("%d releases more than one per burst of kicks", n)
+	}
+}
+
+// TestSelfPlain: the pod's own endpoints lose their meshed mark (the
+// sidecar reaches its own app in plaintext, as sk_lookup leaves that
+// connection to the app); other endpoints and the given clusters stay as
+// they were.
+func TestSelfPlain(t *testing.T) {
+	meshed := map[string]string{config.MetadataMeshed: "true", config.MetadataIdentity: "spiffe://cluster.local/ns/a/sa/b"}
+	in := []config.Cluster{
+		{Name: "echo", Endpoints: []lb.Endpoint{{Address: "10.244.1.5:8080", Metadata: meshed}, {Address: "10.244.2.7:8080", Metadata: meshed}}},
+		{Name: "other", Endpoints: []lb.Endpoint{{Address: "10.244.3.1:80", Metadata: meshed}}},
+	}
+	out := selfPlain(in, netip.MustParseAddr("10.244.1.5"))
+	if got := out[0].Endpoints[0].Metadata; got[config.MetadataMeshed] != "" || got[config.MetadataIdentity] != "" {
+		t.Errorf("own endpoint still meshed: %v", got)
+	}
+	if out[0].Endpoints[1].Metadata[config.MetadataMeshed] != "true" || out[1].Endpoints[0].Metadata[config.MetadataMeshed] != "true" {
+		t.Errorf("another pod's endpoint lost its mark: %+v", out)
+	}
+	if in[0].Endpoints[0].Metadata[config.MetadataMeshed] != "true" {
+		t.Errorf("the given clusters changed: %+v", in[0])
+	}
+	if got := selfPlain(in, netip.Addr{}); &got[0] != &in[0] {
+		t.Errorf("no pod address: the clusters were copied")
 	}
 }

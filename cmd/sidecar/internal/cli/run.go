@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -248,7 +249,11 @@ func (o *runOptions) run(out io.Writer) error {
 			id = cfg.Node.ID
 		}
 		// Not ready until the first complete configuration has arrived.
-		xsrc, err = startXDS(ctx, o.xds, id, xdsDial{caFile: o.xdsCA, tokenFile: o.xdsToken, sotw: o.xdsSotw}, cfg, srv, log, gate.done)
+		var self netip.Addr
+		if o.pod {
+			self, _ = netip.ParseAddr(os.Getenv("POD_IP")) // absent or bad: none
+		}
+		xsrc, err = startXDS(ctx, o.xds, id, self, xdsDial{caFile: o.xdsCA, tokenFile: o.xdsToken, sotw: o.xdsSotw}, cfg, srv, log, gate.done)
 		if err != nil {
 			srv.Shutdown()
 			return err

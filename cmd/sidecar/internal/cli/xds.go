@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,6 +29,9 @@ import (
 // config (which keeps the listeners, ports and access log) and reloads the
 // data plane with each complete update.
 type xdsSource struct {
+	// self is the pod's own address (POD_IP in -pod mode), whose
+	// endpoints mergeXDS dials without mTLS.
+	self   netip.Addr
 	base   *config.Config
 	srv    *dataplane.Server
 	log    *slog.Logger
@@ -79,7 +84,7 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 func (tokenCreds) RequireTransportSecurity() bool { return true }
 
 // startXDS dials addr and runs the ADS client until ctx ends.
-func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *config.Config, srv *dataplane.Server, log *slog.Logger, ready func()) (*xdsSource, error) {
+func startXDS(ctx context.Context, addr, nodeID string, self netip.Addr, dial xdsDial, base *config.Config, srv *dataplane.Server, log *slog.Logger, ready func()) (*xdsSource, error) {
 	opts, err := dial.options(addr)
 	if err != nil {
 		return nil, err
@@ -88,7 +93,7 @@ func startXDS(ctx context.Context, addr, nodeID string, dial xdsDial, base *conf
 	if err != nil {
 		return nil, fmt.Errorf("run: -xds %q: %w", addr, err)
 	}
-	x := &xdsSource{base: base, srv: srv, log: log, conn: conn}
+	x := &xdsSource{self: self, base: base, srv: srv, log: log, conn: conn}
 	loc := base.Node.Locality
 	x.client, err = adsclient.New(adsclient.Options{
 		Conn: conn,
@@ -122,7 +127,7 @@ func (x *xdsSource) apply(clusters []config.Cluster) {
 	routes, base := x.routes, x.base
 	x.last = clusters
 	x.mu.Unlock()
-	cfg, err := mergeXDS(base, clusters, routes)
+	cfg, err := mergeXDS(base, selfPlain(clusters, x.self), routes)
 	if err == nil {
 		err = x.srv.Reload(cfg)
 	}
@@ -191,7 +196,7 @@ func (x *xdsSource) setBase(cfg *config.Config) error {
 	x.base = cfg
 	clusters, routes := x.last, x.routes
 	x.mu.Unlock()
-	merged, err := mergeXDS(cfg, clusters, routes)
+	merged, err := mergeXDS(cfg, selfPlain(clusters, x.self), routes)
 	if err != nil {
 		return err
 	}
@@ -221,4 +226,40 @@ func controlPlaneTLS(what, addr, caFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("run: -%s %q: %w", what, addr, err)
 	}
 	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}, nil
+}
+
+// selfPlain returns clusters with the pod's own endpoints (address self)
+// no longer meshed: a request the sidecar sends its own pod goes to the
+// app in plaintext, as the app's own connection to itself would, for
+// sk_lookup leaves connections from the pod to its own address to the
+// app, which speaks no mTLS. (Istio's iptables send them through the
+// inbound listener instead.) The clusters are copied only where an
+// endpoint changes.
+func selfPlain(clusters []config.Cluster, self netip.Addr) []config.Cluster {
+	if !self.IsValid() {
+		return clusters
+	}
+	var out []config.Cluster
+	for i := range clusters {
+		for j, ep := range clusters[i].Endpoints {
+			ap, err := netip.ParseAddrPort(ep.Address)
+			if err != nil || ap.Addr().Unmap() != self || ep.Metadata[config.MetadataMeshed] != "true" {
+				continue
+			}
+			if out == nil {
+				out = slices.Clone(clusters)
+			}
+			if &out[i].Endpoints[0] == &clusters[i].Endpoints[0] {
+				out[i].Endpoints = slices.Clone(clusters[i].Endpoints)
+			}
+			md := maps.Clone(ep.Metadata)
+			delete(md, config.MetadataMeshed)
+			delete(md, config.MetadataIdentity)
+			out[i].Endpoints[j].Metadata = md
+		}
+	}
+	if out == nil {
+		return clusters
+	}
+	return out
 }
