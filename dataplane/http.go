@@ -660,6 +660,9 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	}
 	out.URL.Host = ex.host
 	kind := transportPlain
+	if ex.grpc && ex.cluster.cfg.Protocol != config.UpstreamHTTP2 {
+		kind = transportPlainH2
+	}
 	ex.upMTLS, ex.upstreamPeer = false, ""
 	if w.meshed(h) {
 		kind = transportMesh

@@ -280,6 +280,11 @@ const (
 	// transportMesh is HTTP/2 over mutual TLS to meshed endpoints, one
 	// multiplexed connection (more when streams run out) per endpoint.
 	transportMesh
+	// transportPlainH2 is h2c whatever the cluster's protocol: a gRPC
+	// request to an HTTP/1.1 cluster (gRPC is HTTP/2 only; Envoy's
+	// inbound clusters follow the downstream protocol, and meshlet's
+	// sidecars carry every request between them over HTTP/2).
+	transportPlainH2
 	// transportMeshUpgrade is HTTP/1.1 over a mutual-TLS opaque stream,
 	// for Upgrade requests (WebSocket) to meshed endpoints, which HTTP/2
 	// cannot carry without extended CONNECT.

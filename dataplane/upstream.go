@@ -30,9 +30,12 @@ func (w *worker) transport(c *cluster, kind transportKind) http.RoundTripper {
 	k := transportKey{c, kind}
 	t := w.transports[k]
 	if t == nil {
-		if kind == transportPlain {
-			t = newUpstreamTransport(w, c)
-		} else {
+		switch kind {
+		case transportPlain:
+			t = newUpstreamTransport(w, c, c.cfg.Protocol)
+		case transportPlainH2:
+			t = newUpstreamTransport(w, c, config.UpstreamHTTP2)
+		default:
 			t = newMeshTransport(w, c, kind)
 		}
 		w.transports[k] = t
@@ -166,9 +169,9 @@ func (cc *countedConn) Close() error {
 // keeps no connection: it pools one (or hands it to a waiting request)
 // before it looks for bytes after the response, so an upstream that sends
 // extra bytes could answer another client's request (h1Pool).
-func newUpstreamTransport(w *worker, c *cluster) http.RoundTripper {
+func newUpstreamTransport(w *worker, c *cluster, protocol config.UpstreamProtocol) http.RoundTripper {
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return w.dial(ctx, c, addr) }
-	if c.cfg.Protocol == config.UpstreamHTTP2 {
+	if protocol == config.UpstreamHTTP2 {
 		return &http2.Transport{
 			AllowHTTP: true,
 			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {

@@ -69,6 +69,7 @@ var conformanceFeatures = []features.FeatureName{
 	features.SupportHTTPRoute303RedirectStatusCode,
 	features.SupportHTTPRoute307RedirectStatusCode,
 	features.SupportHTTPRoute308RedirectStatusCode,
+	features.SupportGRPCRoute,
 }
 
 // conformanceReportEnv names the file the suite's report is written to
@@ -223,7 +224,7 @@ func (c *Cluster) conformanceOptions(t *testing.T) suite.ConformanceOptions {
 	}
 	opts := suite.ConformanceOptions{
 		ConfigurableOptions: suite.ConfigurableOptions{
-			ConformanceProfiles: []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName},
+			ConformanceProfiles: []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName, suite.MeshGRPCConformanceProfileName},
 			// Explicit, or the suite would try to read them from a
 			// GatewayClass's status.
 			SupportedFeatures: conformanceFeatures,
