@@ -124,5 +124,5 @@ step "Envoy load-balancing conformance vectors"
 make --no-print-directory vectors
 step "e2e tools (e2e/tools.sh: cached in ${MESHLET_CACHE:-~/.cache/meshlet}; 10-25 min to build cold)"
 make --no-print-directory e2e-tools
-step "end-to-end tests (real API server, SPIRE, eBPF pods, three real nodes: ~5 min)"
+step "end-to-end tests (real API server, SPIRE, eBPF pods, three real nodes, Gateway API conformance: ~7 min)"
 run_long "running the e2e tests" make --no-print-directory e2e
