@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +28,8 @@ import (
 	"github.com/meshlet-dev/meshlet/dataplane"
 	"github.com/meshlet-dev/meshlet/discovery"
 	sidecarexample "github.com/meshlet-dev/meshlet/examples/sidecar"
+	"github.com/meshlet-dev/meshlet/mtls"
+	"github.com/meshlet-dev/meshlet/mtls/svidfile"
 	"github.com/meshlet-dev/meshlet/sds"
 )
 
@@ -36,6 +39,7 @@ type runOptions struct {
 	http1Server                           string
 	xds, nodeID, xdsCA, xdsToken          string
 	sds, sdsCA, sdsToken, identity        string
+	identityDir, identityFiles            string
 	pod, accelerate, xdsSotw              bool
 	adaptiveProcs, releaseIdle            bool
 	watch                                 time.Duration
@@ -84,6 +88,10 @@ func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) erro
 		"`FILE` holding the ServiceAccount token sent to the SDS server. Empty: -xds-token.")
 	fs.StringVar(&o.identity, "identity", "",
 		"the `SPIFFE-ID` the sidecar requests by CSR from the SDS server. Empty: with -pod, spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT (trust domain default cluster.local); with a unix:// -sds none, as a SPIRE agent delivers key and ID.")
+	fs.StringVar(&o.identityDir, "identity-dir", "",
+		"`DIR` holding the workload certificate chain, private key and trust bundle as PEM files that another agent writes and rotates (SPIRE's spiffe-helper, cert-manager's csi-driver-spiffe), checked every second and installed when they change; a set that is not a valid identity is refused and the last good one kept. Turns on mTLS; readiness waits for the first good set. Exclusive with -sds.")
+	fs.StringVar(&o.identityFiles, "identity-files", svidfile.DefaultCertFile+","+svidfile.DefaultKeyFile+","+svidfile.DefaultBundleFile,
+		"with -identity-dir: the `CERT,KEY,BUNDLE` file names in it; the default is spiffe-helper's, tls.crt,tls.key,ca.crt is csi-driver-spiffe's.")
 	// Traffic capture.
 	fs.StringVar(&o.redirect, "redirect", "none",
 		"traffic capture `MODE`: none, the app dials the sidecar's listeners; or ebpf, load and attach the eBPF capture (cgroup connect and sk_lookup programs) to the pod's cgroup before any listener starts, which needs CAP_BPF and CAP_NET_ADMIN (root). Exclusions come from MESHLET_EXCLUDE_INBOUND_PORTS, MESHLET_EXCLUDE_OUTBOUND_PORTS and MESHLET_EXCLUDE_OUTBOUND_CIDRS.")
@@ -138,6 +146,13 @@ func (o *runOptions) run(out io.Writer) error {
 	if o.pod && o.config != "" {
 		return cmdline.Usagef("-pod and -config are exclusive")
 	}
+	if o.identityDir != "" && o.sds != "" {
+		return cmdline.Usagef("-identity-dir and -sds are exclusive")
+	}
+	idFiles := strings.Split(o.identityFiles, ",")
+	if len(idFiles) != 3 || slices.Contains(idFiles, "") {
+		return cmdline.Usagef("-identity-files %q: want CERT,KEY,BUNDLE, three file names", o.identityFiles)
+	}
 	workers := resolveWorkers(o.concurrency)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
 	load := func() (*config.Config, error) {
@@ -159,7 +174,7 @@ func (o *runOptions) run(out io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: o.xds != "" || o.sds != "",
+	opts := dataplane.Options{Logger: log, LogLevel: &lv, AppProbers: probers, StartNotReady: o.xds != "" || o.sds != "" || o.identityDir != "",
 		Workers: workers, Collectors: []prometheus.Collector{goProcessors}, HTTP1Server: o.http1Server}
 	gate := &readiness{}
 	var sdsClient *sds.Client
@@ -187,6 +202,16 @@ func (o *runOptions) run(out io.Writer) error {
 		}
 		if opts.Identity, sdsClient, err = newSDS(d, log); err != nil {
 			return err
+		}
+	}
+	var idWatcher *svidfile.Watcher
+	if o.identityDir != "" {
+		gate.left++
+		opts.Identity = mtls.NewStore()
+		idWatcher, err = svidfile.New(svidfile.Config{Dir: o.identityDir, CertFile: idFiles[0], KeyFile: idFiles[1], BundleFile: idFiles[2],
+			Store: opts.Identity, Logger: log})
+		if err != nil {
+			return fmt.Errorf("run: -identity-dir: %w", err)
 		}
 	}
 	var rd *redirect
@@ -238,6 +263,10 @@ func (o *runOptions) run(out io.Writer) error {
 	}
 	if sdsClient != nil {
 		go func() { _ = sdsClient.Run(ctx) }()
+	}
+	if idWatcher != nil {
+		// After the privilege drop: the files are read as the proxy's uid.
+		go func() { _ = idWatcher.Run(ctx) }()
 	}
 	var xsrc *xdsSource
 	if o.xds != "" {
