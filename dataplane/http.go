@@ -930,17 +930,3 @@ func serviceName(host string, dst netip.AddrPort) string {
 	}
 	return "unknown"
 }
-
-// upstreamAddr is the address to dial for h: its own, or for a
-// passthrough endpoint (config.PassthroughPort) its host at the original
-// destination's port, or the original destination itself
-// (config.PassthroughAddress).
-func upstreamAddr(h *lb.Host, dst netip.AddrPort) string {
-	if !strings.HasSuffix(h.Address, ":0") || !dst.IsValid() {
-		return h.Address
-	}
-	if h.Address == config.PassthroughAddress {
-		return dst.String()
-	}
-	return h.Address[:len(h.Address)-1] + strconv.Itoa(int(dst.Port()))
-}

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
+	"github.com/meshlet-dev/meshlet/lb"
 )
 
 // transport returns this worker's upstream connection pool of the given
@@ -191,3 +195,17 @@ func newUpstreamTransport(w *worker, c *cluster, protocol config.UpstreamProtoco
 }
 
 func idleTimeout(c *cluster) time.Duration { return c.cfg.IdleTimeout }
+
+// upstreamAddr is the address to dial for h: its own, or for a
+// passthrough endpoint (config.PassthroughPort) its host at the original
+// destination's port, or the original destination itself
+// (config.PassthroughAddress).
+func upstreamAddr(h *lb.Host, dst netip.AddrPort) string {
+	if !strings.HasSuffix(h.Address, ":0") || !dst.IsValid() {
+		return h.Address
+	}
+	if h.Address == config.PassthroughAddress {
+		return dst.String()
+	}
+	return h.Address[:len(h.Address)-1] + strconv.Itoa(int(dst.Port()))
+}
