@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"regexp/syntax"
 	"strings"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/internal/re2"
 	"github.com/meshlet-dev/meshlet/lb/retry"
 )
 
@@ -331,28 +331,14 @@ func validHeaderName(s string) bool {
 }
 
 // MaxRegexProgramSize bounds the compiled size of a route's regular
-// expressions, as Envoy's re2.max_program_size.error_level (default 100)
-// does: matching costs the program's size times the value's length, and
-// whoever writes a route need not be trusted with the proxy's CPU.
-const MaxRegexProgramSize = 100
+// expressions, as Envoy's re2.max_program_size.error_level does (see
+// package internal/re2).
+const MaxRegexProgramSize = re2.MaxProgramSize
 
 // CompileRegex compiles a route's regular expression (RE2 syntax),
 // refusing one whose program is larger than MaxRegexProgramSize
 // instructions.
-func CompileRegex(expr string) (*regexp.Regexp, error) {
-	parsed, err := syntax.Parse(expr, syntax.Perl)
-	if err != nil {
-		return nil, err
-	}
-	prog, err := syntax.Compile(parsed.Simplify())
-	if err != nil {
-		return nil, err
-	}
-	if n := len(prog.Inst); n > MaxRegexProgramSize {
-		return nil, fmt.Errorf("program size %d over the limit of %d", n, MaxRegexProgramSize)
-	}
-	return regexp.Compile(expr)
-}
+func CompileRegex(expr string) (*regexp.Regexp, error) { return re2.Compile(expr) }
 
 // checkSubstitution checks a regex rewrite's substitution as RE2 does:
 // \\ is a backslash, \0 to \9 a group the pattern has, any other
