@@ -139,17 +139,23 @@ const NoPolicy = "none"
 // Chain is the filters of one listener in the order they run.
 type Chain []*Filter
 
-// Decide runs the filters in order; observe, when not nil, sees each
-// enforcing filter's outcome (the filter's index and the matched
-// policy's, -1 for none) until one denies.
-func (c Chain) Decide(in *Input, observe func(filter, policy int)) Decision {
+// Observer sees the outcome of each enforcing filter a decision runs.
+type Observer interface {
+	// Observe gets the filter's index in the chain and the index of the
+	// policy that matched, -1 for none.
+	Observe(filter, policy int)
+}
+
+// Decide runs the filters in order until one denies; obs, when not nil,
+// sees each enforcing filter's outcome.
+func (c Chain) Decide(in *Input, obs Observer) Decision {
 	for i, f := range c {
 		if !f.Enforcing {
 			continue
 		}
 		m := f.Match(in)
-		if observe != nil {
-			observe(i, m)
+		if obs != nil {
+			obs.Observe(i, m)
 		}
 		switch {
 		case f.Action == Deny && m >= 0:

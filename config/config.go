@@ -14,6 +14,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshlet-dev/meshlet/authz"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/circuitbreaker"
 	"github.com/meshlet-dev/meshlet/lb/retry"
@@ -186,6 +187,17 @@ type Listener struct {
 	// nil means PERMISSIVE with every verified peer allowed (Istio's
 	// default). It applies when the sidecar has a workload identity.
 	MTLS *InboundMTLS
+	// Authz is an inbound listener's authorization (Envoy's RBAC filters,
+	// from the control plane's AuthorizationPolicies); nil allows every
+	// request and connection.
+	Authz *Authz
+}
+
+// Authz is an inbound listener's RBAC filters, in the order they run:
+// HTTP for each request of a connection served as HTTP, Network for each
+// connection proxied as opaque TCP (Istio's HTTP and TCP filter chains).
+type Authz struct {
+	HTTP, Network authz.Chain
 }
 
 // MTLSMode says whether an inbound port also accepts plaintext (Istio's

@@ -226,6 +226,9 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	}()
 
 	ls := st.listeners[info.listener]
+	if ls != nil && ls.authz != nil && ls.authz.http != nil && !w.authorizeRequest(sw, req, ex, ls.authz.http, info) {
+		return
+	}
 	var route *routeState
 	if ls != nil {
 		route = ls.matchRoute(info.dst, req.Host, true)

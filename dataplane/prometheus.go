@@ -66,6 +66,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.collectRequests(ch, st)
 	c.collectMTLS(ch)
+	c.s.authzStats.each(func(action, policy, result string, n uint64) {
+		ch <- prometheus.MustNewConstMetric(authzDesc, prometheus.CounterValue, float64(n), action, policy, result)
+	})
 }
 
 // envoyScopeLabels are the labels Envoy's tag extraction gives each scope's
@@ -74,6 +77,9 @@ var envoyScopeLabels = map[string]string{"cluster": "envoy_cluster_name", "liste
 	"http": "envoy_http_conn_manager_prefix"}
 
 var (
+	authzDesc = prometheus.NewDesc("meshlet_authz_decisions_total",
+		"Inbound RBAC decisions by the filter's action (ALLOW, DENY, AUDIT), the policy that matched (Istio's ns[..]-policy[..]-rule[i], or none) and the result (allowed, denied, logged).",
+		[]string{"action", "policy", "result"}, nil)
 	handshakesDesc = prometheus.NewDesc("meshlet_mtls_handshakes_total",
 		"Mutual-TLS handshakes with peer sidecars by direction and result (ok, or why the peer was refused).", []string{"direction", "result"}, nil)
 	certExpiryDesc = prometheus.NewDesc("meshlet_workload_cert_expiry_seconds",

@@ -124,6 +124,8 @@ type Server struct {
 	admin     *adminServers
 
 	mtlsStats mtlsStats
+	// authzStats are meshlet_authz_decisions_total's counters.
+	authzStats authzCounters
 	// httpStats holds each listener's *stats.HTTP by name.
 	httpStats sync.Map
 }
@@ -151,7 +153,9 @@ type listenerState struct {
 	// and the TLS config that reads the current certificate per handshake.
 	policies  *mtls.PortPolicies
 	tlsConfig *tls.Config
-	stats     *listenerStats
+	// authz is an inbound listener's RBAC (nil: everything allowed).
+	authz *listenerAuthz
+	stats *listenerStats
 }
 
 type routeState struct {
@@ -429,6 +433,9 @@ func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
 		if lc.Direction == config.Inbound && s.opts.Identity != nil {
 			ls.policies = buildPolicies(lc.MTLS)
 			ls.tlsConfig = mtls.ServerConfig(s.opts.Identity, mtls.ServerOptions{Authorize: ls.policies.Authorize})
+		}
+		if lc.Direction == config.Inbound {
+			ls.authz = bindAuthz(lc.Authz, &s.authzStats)
 		}
 		for j := range lc.Routes {
 			rc := &lc.Routes[j]

@@ -39,6 +39,12 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		w.principals(&k, ls, info, upMTLS, upstreamPeer)
 		w.requestStats(nil, &k).Observe(e.Duration)
 	}()
+	if ls.authz != nil && ls.authz.network != nil {
+		var ok bool
+		if details, ok = authorizeConn(ls.authz.network, info); !ok {
+			return // closed, as Envoy's network RBAC filter closes it
+		}
+	}
 	r := ls.matchRoute(info.dst, "", false)
 	if r == nil {
 		e.Flags |= respflag.NR
