@@ -51,3 +51,34 @@ const (
 	// cluster_manager.local_cluster_name), for zone-aware routing.
 	LocalClusterName = "meshlet|local"
 )
+
+// The inbound extension configurations (ECDS, type
+// envoy.config.core.v3.TypedExtensionConfig) every sidecar subscribes to
+// by name over the same ADS stream: its workload's security policies.
+// The control plane always sends all of them; the sidecar reports ready
+// only once it holds them, so no request slips in before its policies.
+const (
+	// PeerAuthenticationName's typed_config is an
+	// istio.security.v1beta1.PeerAuthentication holding the workload's
+	// effective modes, inheritance already resolved: mtls.mode STRICT,
+	// PERMISSIVE or DISABLE, and port_level_mtls by container port.
+	PeerAuthenticationName = "meshlet.inbound.peer_authentication"
+	// HTTPRBACAuditName, HTTPRBACDenyName and HTTPRBACAllowName are the
+	// inbound HTTP RBAC filters
+	// (envoy.extensions.filters.http.rbac.v3.RBAC), run in that order on
+	// each request: Istio's AUDIT, DENY and ALLOW policies.
+	HTTPRBACAuditName = "meshlet.inbound.http.rbac.audit"
+	HTTPRBACDenyName  = "meshlet.inbound.http.rbac.deny"
+	HTTPRBACAllowName = "meshlet.inbound.http.rbac.allow"
+	// NetworkRBACAuditName, NetworkRBACDenyName and NetworkRBACAllowName
+	// are the inbound network RBAC filters
+	// (envoy.extensions.filters.network.rbac.v3.RBAC), run in that order
+	// on each connection proxied as opaque TCP.
+	NetworkRBACAuditName = "meshlet.inbound.tcp.rbac.audit"
+	NetworkRBACDenyName  = "meshlet.inbound.tcp.rbac.deny"
+	NetworkRBACAllowName = "meshlet.inbound.tcp.rbac.allow"
+)
+
+// InboundExtensionNames are the names above, sorted.
+var InboundExtensionNames = []string{HTTPRBACAllowName, HTTPRBACAuditName, HTTPRBACDenyName, PeerAuthenticationName,
+	NetworkRBACAllowName, NetworkRBACAuditName, NetworkRBACDenyName}

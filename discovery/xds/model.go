@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,12 +36,15 @@ type sources struct {
 	pods     corelisters.PodLister
 	// HTTPRoutes and GRPCRoutes, each with routeIndexers.
 	routes, grpcRoutes cache.Indexer
+	// PeerAuthentications and AuthorizationPolicies (security.istio.io),
+	// with the namespace index.
+	peerAuths, authzPolicies cache.Indexer
 }
 
 // ownStores are the stores a server without informers is fed through
 // (UpsertService and the like): the same indexers an informer keeps.
 type ownStores struct {
-	services, slices, nodes, pods, routes, grpcRoutes cache.Indexer
+	services, slices, nodes, pods, routes, grpcRoutes, peerAuths, authzPolicies cache.Indexer
 }
 
 func newOwnStores() ownStores {
@@ -53,13 +58,16 @@ func newOwnStores() ownStores {
 
 		routes:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
 		grpcRoutes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers()),
+
+		peerAuths:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns),
+		authzPolicies: cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns),
 	}
 }
 
 func (o ownStores) sources() sources {
 	return sources{services: corelisters.NewServiceLister(o.services), slices: o.slices,
 		nodes: corelisters.NewNodeLister(o.nodes), pods: corelisters.NewPodLister(o.pods), routes: o.routes,
-		grpcRoutes: o.grpcRoutes}
+		grpcRoutes: o.grpcRoutes, peerAuths: o.peerAuths, authzPolicies: o.authzPolicies}
 }
 
 // useSources makes the server read src (RunInformers' listers) instead of
@@ -217,7 +225,7 @@ func (s *Server) podChanged(old, cur *corev1.Pod) {
 		s.mu.Unlock()
 		s.changed()
 	}
-	if podNode(old) != podNode(cur) {
+	if podNode(old) != podNode(cur) || !podPolicyInputsEqual(old, cur) {
 		nodeID := p.Name + "." + p.Namespace
 		s.mu.Lock()
 		_, known := s.proxies[nodeID]
@@ -226,6 +234,15 @@ func (s *Server) podChanged(old, cur *corev1.Pod) {
 			s.publish.Add(nodeID)
 		}
 	}
+}
+
+// podPolicyInputsEqual says whether what selects a pod's policies (its
+// labels and meshlet.io/mtls-mode annotation) is the same in a and b.
+func podPolicyInputsEqual(a, b *corev1.Pod) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return maps.Equal(a.Labels, b.Labels) && a.Annotations[MTLSModeAnnotation] == b.Annotations[MTLSModeAnnotation]
 }
 
 func podNode(p *corev1.Pod) string {

@@ -185,7 +185,7 @@ func TestServerParksNACK(t *testing.T) {
 			cla.Policy = &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(0)}
 			eds = append(eds, hashResource(name, cla))
 		}
-		err = cp.srv.cache.SetSnapshot(context.Background(), "web-a.default", newSnapshot(cds, eds, nil))
+		err = cp.srv.cache.SetSnapshot(context.Background(), "web-a.default", newSnapshot(cds, eds, nil, nil))
 		cp.srv.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)

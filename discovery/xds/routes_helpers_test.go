@@ -164,8 +164,9 @@ func groupFor(t *testing.T, s *Server, nodeID string) (map[string]*clusterv3.Clu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := &proxyState{}
-	key := groupKey{locality: s.localityLocked(nodeID, p), consumerNS: s.consumerNamespaceLocked(nodeID, p)}
-	g := s.gen.buildGroup(key, s.results, s.routeResults)
+	policy, wp := s.inboundPolicyLocked(nodeID)
+	key := groupKey{locality: s.localityLocked(nodeID, p), consumerNS: s.consumerNamespaceLocked(nodeID, p), policy: policy}
+	g := s.gen.buildGroup(key, s.results, s.routeResults, wp.ext)
 	cs := map[string]*clusterv3.Cluster{}
 	for name, r := range g.snap.GetResources(resource.ClusterType) {
 		cs[name] = r.(*clusterv3.Cluster)

@@ -55,6 +55,14 @@ type Options struct {
 	// (spiffe://<trust domain>/ns/<namespace>/sa/<service account>);
 	// default mtls.DefaultTrustDomain.
 	TrustDomain string
+	// RootNamespace is where PeerAuthentications and
+	// AuthorizationPolicies without a selector apply mesh-wide (default
+	// DefaultRootNamespace, Istio's).
+	RootNamespace string
+	// MTLSMode is the inbound mTLS mode of workloads no PeerAuthentication
+	// or annotation sets: STRICT, PERMISSIVE or DISABLE; empty means
+	// PERMISSIVE (the injector's -mtls-mode).
+	MTLSMode string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -142,6 +150,12 @@ type Server struct {
 	routeDirty, routeSvcDirty map[types.NamespacedName]bool
 	routeResults              map[types.NamespacedName]*parentRoutes
 	consumerNS                map[string]bool
+
+	// policies are the translated security policies by the key of what
+	// selects them (inboundPolicyLocked); policiesDirty drops them at
+	// the next rebuild.
+	policies      map[string]*workloadPolicies
+	policiesDirty bool
 
 	smu     sync.Mutex // guards streams
 	streams map[int64]*streamState
@@ -387,7 +401,11 @@ func (s *Server) rebuild() {
 	if len(dirty) > 0 {
 		s.translateLocked(dirty)
 	}
-	if routed := s.translateRoutesLocked(); len(dirty) > 0 || routed {
+	policies := s.policiesDirty
+	if policies {
+		s.policies, s.policiesDirty = map[string]*workloadPolicies{}, false
+	}
+	if routed := s.translateRoutesLocked(); len(dirty) > 0 || routed || policies {
 		s.gen = newGeneration(s.gen)
 	}
 	s.synced = true
@@ -497,9 +515,10 @@ func (s *Server) syncProxy(nodeID string) error {
 		s.mu.Unlock()
 		return nil
 	}
+	policy, wp := s.inboundPolicyLocked(nodeID)
 	key := groupKey{locality: s.localityLocked(nodeID, p), local: p.info.LocalService,
-		consumerNS: s.consumerNamespaceLocked(nodeID, p)}
-	g := s.gen.buildGroup(key, s.results, s.routeResults)
+		consumerNS: s.consumerNamespaceLocked(nodeID, p), policy: policy}
+	g := s.gen.buildGroup(key, s.results, s.routeResults, wp.ext)
 	if p.published == g.version {
 		s.mu.Unlock()
 		return nil

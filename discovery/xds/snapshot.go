@@ -95,6 +95,9 @@ type groupKey struct {
 	locality   lb.Locality
 	local      k8stypes.NamespacedName
 	consumerNS string
+	// policy is the key of the security policies that apply
+	// (inboundPolicyLocked).
+	policy string
 }
 
 // groupSnapshot is the snapshot every sidecar of a group gets.
@@ -161,7 +164,7 @@ func (g *generation) assigned(t *translatedService, i int, locality lb.Locality)
 // and the RouteConfigurations of the routes attached to them: a cluster
 // with routes for the group's clients names its RouteConfiguration.
 func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedName]*translatedService,
-	routes map[k8stypes.NamespacedName]*parentRoutes) *groupSnapshot {
+	routes map[k8stypes.NamespacedName]*parentRoutes, ext []hashed) *groupSnapshot {
 	if gs, ok := g.groups[key]; ok {
 		return gs
 	}
@@ -188,9 +191,9 @@ func (g *generation) buildGroup(key groupKey, services map[k8stypes.NamespacedNa
 	if lc, ok := g.localCluster(key.local, services); ok {
 		cds, eds = append(cds, lc[0]), append(eds, lc[1])
 	}
-	gs := &groupSnapshot{snap: newSnapshot(cds, eds, rds)}
+	gs := &groupSnapshot{snap: newSnapshot(cds, eds, rds, ext)}
 	gs.version = gs.snap.GetVersion(resource.ClusterType) + "/" + gs.snap.GetVersion(resource.EndpointType) +
-		"/" + gs.snap.GetVersion(resource.RouteType)
+		"/" + gs.snap.GetVersion(resource.RouteType) + "/" + gs.snap.GetVersion(resource.ExtensionConfigType)
 	g.groups[key] = gs
 	return gs
 }
@@ -228,13 +231,14 @@ func (g *generation) localCluster(svc k8stypes.NamespacedName, services map[k8st
 // version (no push) and a restarted control plane gives the same
 // versions for the same content (a resyncing sidecar gets no spurious
 // update).
-func newSnapshot(cds, eds, rds []hashed) *cachev3.Snapshot {
+func newSnapshot(cds, eds, rds, ext []hashed) *cachev3.Snapshot {
 	snap := &cachev3.Snapshot{VersionMap: map[string]map[string]string{}}
 	for _, part := range []struct {
 		typ   types.ResponseType
 		url   string
 		items []hashed
-	}{{types.Cluster, resource.ClusterType, cds}, {types.Endpoint, resource.EndpointType, eds}, {types.Route, resource.RouteType, rds}} {
+	}{{types.Cluster, resource.ClusterType, cds}, {types.Endpoint, resource.EndpointType, eds}, {types.Route, resource.RouteType, rds},
+		{types.ExtensionConfig, resource.ExtensionConfigType, ext}} {
 		h := xxhash.New()
 		versions := make(map[string]string, len(part.items))
 		items := make([]types.Resource, 0, len(part.items))
