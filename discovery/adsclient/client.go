@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,14 @@ type Options struct {
 	// OnRoutes, if set, receives the outbound routes of the same set (see
 	// discovery.ServiceRoutes), just before OnClusters.
 	OnRoutes func([]config.Route)
+	// Extensions are the extension configurations (ECDS) to subscribe to
+	// by name: meshmeta.InboundExtensionNames for the inbound security
+	// policies, or none. With any, nothing is delivered (nor Ready) before
+	// all of them have arrived.
+	Extensions []string
+	// OnInbound, if set, receives the inbound policy those make, just
+	// before OnClusters.
+	OnInbound func(Inbound)
 	// InitialBackoff and MaxBackoff bound the jittered exponential
 	// back-off between streams (default 250 ms and 30 s). A stream that
 	// received a response resets it.
@@ -84,6 +93,7 @@ type Client struct {
 	stats    Stats
 	clusters []config.Cluster
 	routes   []config.Route
+	extGen   int // of the last delivery
 
 	st adsState // owned by Run's goroutine
 }
@@ -106,11 +116,13 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	st := newADSState()
+	st.extensions = slices.Sorted(slices.Values(opts.Extensions))
 	return &Client{
 		opts:  opts,
 		log:   log.With("component", "ads", "node", opts.Node.GetId()),
 		ready: make(chan struct{}),
-		st:    newADSState(),
+		st:    st,
 	}, nil
 }
 
@@ -306,15 +318,22 @@ func (c *Client) publish() {
 	if !ok {
 		return
 	}
+	inbound, ok := c.st.inbound()
+	if !ok {
+		return
+	}
 	c.mu.Lock()
-	same := c.stats.Updates > 0 && equalConfig(c.clusters, clusters) && equalConfig(c.routes, routes)
+	same := c.stats.Updates > 0 && equalConfig(c.clusters, clusters) && equalConfig(c.routes, routes) && c.extGen == c.st.extGen
 	if !same {
-		c.clusters, c.routes = clusters, routes
+		c.clusters, c.routes, c.extGen = clusters, routes, c.st.extGen
 		c.stats.Updates++
 	}
 	c.mu.Unlock()
 	if same {
 		return
+	}
+	if c.opts.OnInbound != nil && len(c.st.extensions) > 0 {
+		c.opts.OnInbound(inbound)
 	}
 	if c.opts.OnRoutes != nil {
 		c.opts.OnRoutes(cloneSlice(routes))

@@ -63,17 +63,26 @@ type adsState struct {
 	rcs       map[string]*rdsEntry
 	cdsSynced bool              // a CDS response was accepted
 	versions  map[string]string // SotW version_info accepted, by type URL
+	// extensions are the ECDS names subscribed to (Options.Extensions),
+	// exts those accepted; extGen counts the changes.
+	extensions []string
+	exts       map[string]*extEntry
+	extGen     int
 }
 
 func newADSState() adsState {
-	return adsState{clusters: map[string]*cdsEntry{}, clas: map[string]*edsEntry{}, rcs: map[string]*rdsEntry{}, versions: map[string]string{}}
+	return adsState{clusters: map[string]*cdsEntry{}, clas: map[string]*edsEntry{}, rcs: map[string]*rdsEntry{}, versions: map[string]string{},
+		exts: map[string]*extEntry{}}
 }
 
 // names returns what the clusters need of a type subscribed by name
 // (EDS or RDS), sorted.
 func (s *adsState) names(typeURL string) []string {
-	if typeURL == endpointTypeURL {
+	switch typeURL {
+	case endpointTypeURL:
 		return s.edsNames()
+	case extensionTypeURL:
+		return s.extNames()
 	}
 	return slices.Sorted(maps.Keys(s.rdsNeeded()))
 }
@@ -82,6 +91,12 @@ func (s *adsState) names(typeURL string) []string {
 func (s *adsState) version(typeURL, name string) string {
 	if typeURL == endpointTypeURL {
 		if e, ok := s.clas[name]; ok {
+			return e.version
+		}
+		return ""
+	}
+	if typeURL == extensionTypeURL {
+		if e, ok := s.exts[name]; ok {
 			return e.version
 		}
 		return ""
@@ -178,11 +193,16 @@ func decodeRouteConfiguration(i int, a *anypb.Any) (string, *rdsEntry, error) {
 // RDS response (which, like EDS, may hold only some of them), or changes
 // nothing and returns why.
 func (s *adsState) applySotwRDS(resources []*anypb.Any) error {
+	return s.applyRouteConfigurations(sotwResources(resources), false)
+}
+
+// sotwResources wraps the resources of a state-of-the-world response.
+func sotwResources(resources []*anypb.Any) []*discoveryResource {
 	anys := make([]*discoveryResource, len(resources))
 	for i, a := range resources {
 		anys[i] = &discoveryResource{resource: a}
 	}
-	return s.applyRouteConfigurations(anys, false)
+	return anys
 }
 
 // applyDeltaRDS applies an incremental RDS response, all or nothing. The

@@ -11,7 +11,7 @@ import (
 // namedTypes are the types subscribed to by name, in the order a stream
 // sends their subscriptions: the assignments and the route tables the
 // clusters name.
-var namedTypes = []string{endpointTypeURL, routeTypeURL}
+var namedTypes = []string{endpointTypeURL, routeTypeURL, extensionTypeURL}
 
 // sotwStream speaks the state-of-the-world protocol: every request
 // restates its subscription and the last version accepted.
@@ -56,11 +56,14 @@ func (s *sotwStream) handle(resp any) (any, string, error) {
 	switch t {
 	case clusterTypeURL:
 		err = s.c.st.applySotwCDS(r.GetResources())
-	case endpointTypeURL, routeTypeURL:
-		if t == endpointTypeURL {
+	case endpointTypeURL, routeTypeURL, extensionTypeURL:
+		switch t {
+		case endpointTypeURL:
 			err = s.c.st.applySotwEDS(r.GetResources())
-		} else {
+		case routeTypeURL:
 			err = s.c.st.applySotwRDS(r.GetResources())
+		default:
+			err = s.c.st.applyExtensions(sotwResources(r.GetResources()), false)
 		}
 		// Every SotW request restates the subscription.
 		s.sent[t] = s.c.st.names(t)
@@ -149,6 +152,8 @@ func (d *deltaStream) handle(resp any) (any, string, error) {
 		err = d.c.st.applyDeltaEDS(resources, r.GetRemovedResources())
 	case routeTypeURL:
 		err = d.c.st.applyDeltaRDS(resources, r.GetRemovedResources())
+	case extensionTypeURL:
+		err = d.c.st.applyExtensions(resources, true)
 	default:
 		d.c.log.Warn("ads: ignoring a delta response of a type never asked for", "type", t)
 		return nil, t, nil

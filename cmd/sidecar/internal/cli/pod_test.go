@@ -95,12 +95,12 @@ func TestPodConfigIPv6OutboundGetsXDSRoutes(t *testing.T) {
 		if got := len(cfg.Listeners); got != map[bool]int{true: 3, false: 2}[v6] {
 			t.Fatalf("IPv6 loopback %v: %d listeners", v6, got)
 		}
-		merged, err := mergeXDS(cfg, cfg.Clusters[:0], []config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "inbound|x"}})
+		merged, err := mergeXDS(cfg, cfg.Clusters[:0], []config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "inbound|x"}}, nil)
 		if err == nil {
 			t.Fatal("a route to a missing cluster was accepted")
 		}
 		merged, err = mergeXDS(cfg, []config.Cluster{{Name: "c", LB: lb.DefaultClusterConfig(), CircuitBreakers: circuitbreaker.DefaultThresholds()}},
-			[]config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "c"}})
+			[]config.Route{{Name: "vip", Destination: "10.96.0.10:80", Cluster: "c"}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,9 +37,11 @@ type xdsSource struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	routes []config.Route
-	last   []config.Cluster // the last complete xDS set
-	conn   *grpc.ClientConn
-	client *adsclient.Client
+	// inbound is the inbound security policy (nil before the first).
+	inbound *adsclient.Inbound
+	last    []config.Cluster // the last complete xDS set
+	conn    *grpc.ClientConn
+	client  *adsclient.Client
 }
 
 // xdsDial says how to reach the control plane: TLS verified against caFile
@@ -100,6 +102,8 @@ func startXDS(ctx context.Context, addr, nodeID string, self netip.Addr, dial xd
 		Node: &corev3.Node{Id: nodeID, Cluster: base.Node.Cluster,
 			Locality: &corev3.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}},
 		OnRoutes:   func(r []config.Route) { x.mu.Lock(); x.routes = r; x.mu.Unlock() },
+		Extensions: meshmeta.InboundExtensionNames,
+		OnInbound:  func(in adsclient.Inbound) { x.mu.Lock(); x.inbound = &in; x.mu.Unlock() },
 		OnClusters: x.apply,
 		Delta:      !dial.sotw,
 		Logger:     log,
@@ -124,10 +128,10 @@ func startXDS(ctx context.Context, addr, nodeID string, self netip.Addr, dial xd
 // refuses is logged and the running config stays.
 func (x *xdsSource) apply(clusters []config.Cluster) {
 	x.mu.Lock()
-	routes, base := x.routes, x.base
+	routes, base, inbound := x.routes, x.base, x.inbound
 	x.last = clusters
 	x.mu.Unlock()
-	cfg, err := mergeXDS(base, selfPlain(clusters, x.self), routes)
+	cfg, err := mergeXDS(base, selfPlain(clusters, x.self), routes, inbound)
 	if err == nil {
 		err = x.srv.Reload(cfg)
 	}
@@ -140,9 +144,13 @@ func (x *xdsSource) apply(clusters []config.Cluster) {
 
 // mergeXDS adds xDS clusters to the static ones (a static cluster wins a
 // name clash) and xDS routes to the first outbound listener of each
-// address family, after its static routes but before a static catch-all; the control plane's local cluster becomes the zone-aware
-// local cluster unless the static file names one.
-func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Route) (*config.Config, error) {
+// address family, after its static routes but before a static catch-all;
+// the control plane's local cluster becomes the zone-aware local cluster
+// unless the static file names one. The inbound policy (nil: none yet)
+// goes to every inbound listener: its RBAC filters, and its mTLS modes
+// over the static ones (which the pod's environment set), keeping the
+// static allow lists.
+func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Route, inbound *adsclient.Inbound) (*config.Config, error) {
 	cfg := *base
 	cfg.Clusters = append([]config.Cluster(nil), base.Clusters...)
 	have := map[string]bool{}
@@ -185,6 +193,14 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 		}
 		l.Routes = append(append(specific, routes...), catchAll...)
 	}
+	if inbound != nil {
+		for i := range cfg.Listeners {
+			if l := &cfg.Listeners[i]; l.Direction == config.Inbound {
+				l.Authz = inbound.Authz
+				l.MTLS = overlayModes(l.MTLS, inbound.MTLS)
+			}
+		}
+	}
 	return &cfg, cfg.Validate()
 }
 
@@ -194,9 +210,9 @@ func mergeXDS(base *config.Config, clusters []config.Cluster, routes []config.Ro
 func (x *xdsSource) setBase(cfg *config.Config) error {
 	x.mu.Lock()
 	x.base = cfg
-	clusters, routes := x.last, x.routes
+	clusters, routes, inbound := x.last, x.routes, x.inbound
 	x.mu.Unlock()
-	merged, err := mergeXDS(cfg, selfPlain(clusters, x.self), routes)
+	merged, err := mergeXDS(cfg, selfPlain(clusters, x.self), routes, inbound)
 	if err != nil {
 		return err
 	}
@@ -260,6 +276,41 @@ func selfPlain(clusters []config.Cluster, self netip.Addr) []config.Cluster {
 	}
 	if out == nil {
 		return clusters
+	}
+	return out
+}
+
+// overlayModes returns static with the modes of policy (nil: static as
+// it is): the default mode, and each port's, a port's allow lists kept
+// from the static port entry or the default.
+func overlayModes(static, policy *config.InboundMTLS) *config.InboundMTLS {
+	if policy == nil {
+		return static
+	}
+	out := &config.InboundMTLS{}
+	if static != nil {
+		out.PeerAuthorization = static.PeerAuthorization
+		if len(static.Ports) > 0 {
+			out.Ports = maps.Clone(static.Ports)
+		}
+	}
+	out.Mode = policy.Mode
+	for port, pa := range out.Ports {
+		if _, set := policy.Ports[port]; !set {
+			pa.Mode = policy.Mode
+			out.Ports[port] = pa
+		}
+	}
+	for port, pp := range policy.Ports {
+		pa, ok := out.Ports[port]
+		if !ok {
+			pa = out.PeerAuthorization
+		}
+		pa.Mode = pp.Mode
+		if out.Ports == nil {
+			out.Ports = map[uint16]config.PeerAuthorization{}
+		}
+		out.Ports[port] = pa
 	}
 	return out
 }
