@@ -8,9 +8,10 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -90,7 +91,9 @@ func peerAuthFromYAML(t *testing.T, ns, name, spec string, age int) *securityv1.
 func authzPolicyFromYAML(t *testing.T, ns, name, spec string) *securityv1.AuthorizationPolicy {
 	t.Helper()
 	ip := policyFromYAML(t, ns, name, spec)
-	return &securityv1.AuthorizationPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *ip.Spec}
+	ap := &securityv1.AuthorizationPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	proto.Merge(&ap.Spec, ip.Spec)
+	return ap
 }
 
 func TestPoliciesOverADS(t *testing.T) {
