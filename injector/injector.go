@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -88,7 +89,14 @@ type Options struct {
 	// writes their status through); nil watches none, and a cluster
 	// without the CRDs serves no routes.
 	Gateway gatewayclient.Interface
-	Logger  *slog.Logger
+	// Istio is the client xDS watches Istio's PeerAuthentications and
+	// AuthorizationPolicies with (and writes their status through); nil
+	// watches none.
+	Istio istioclient.Interface
+	// RootNamespace is where those policies apply mesh-wide without a
+	// selector (xds.DefaultRootNamespace when empty).
+	RootNamespace string
+	Logger        *slog.Logger
 }
 
 // DefaultOptions are the production settings of deploy/meshlet.yaml.
@@ -269,14 +277,15 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("injector: sds tls: %w", err)
 	}
-	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, TrustDomain: s.opts.TrustDomain, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
-		token, err := sds.BearerToken(ctx)
-		if err != nil {
-			return "", "", err
-		}
-		c, err := tokens.Authenticate(ctx, token)
-		return c.Namespace, c.ServiceAccount, err
-	})})
+	xdsSrv := xds.NewServer(xds.Options{Logger: s.log, TrustDomain: s.opts.TrustDomain, RootNamespace: s.opts.RootNamespace,
+		MTLSMode: s.opts.Sidecar.MTLSMode, Authenticator: xds.AuthenticatorFunc(func(ctx context.Context) (string, string, error) {
+			token, err := sds.BearerToken(ctx)
+			if err != nil {
+				return "", "", err
+			}
+			c, err := tokens.Authenticate(ctx, token)
+			return c.Namespace, c.ServiceAccount, err
+		})})
 	// The SDS client pings every minute on idle streams: allow it.
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second, PermitWithoutStream: true}))
@@ -294,7 +303,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer g.Stop()
 	go xdsSrv.Run(ctx)
 	go func() {
-		if err := xds.RunInformersWithRoutes(ctx, s.client, s.opts.Gateway, xdsSrv, 0); err != nil {
+		if err := xds.RunAllInformers(ctx, xds.Clients{Kube: s.client, Gateway: s.opts.Gateway, Istio: s.opts.Istio}, xdsSrv, 0); err != nil {
 			s.log.Error("discovery informers stopped", "err", err)
 		}
 	}()

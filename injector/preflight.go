@@ -146,24 +146,42 @@ var installRights = []struct {
 	{"rbac.authorization.k8s.io", "roles", false}, {"rbac.authorization.k8s.io", "rolebindings", false},
 }
 
-// gatewayGroupVersion is where the chart's CRDs (crds/: Gateway API's
-// HTTPRoute, GRPCRoute and ReferenceGrant) serve their kinds, which
-// crdResources lists.
-const gatewayGroupVersion = "gateway.networking.k8s.io/v1"
-
-var crdResources = []string{"httproutes", "grpcroutes", "referencegrants"}
+// crdKinds are where the chart's CRDs (crds/: Gateway API's HTTPRoute,
+// GRPCRoute and ReferenceGrant; Istio's PeerAuthentication and
+// AuthorizationPolicy) serve their kinds.
+var crdKinds = []struct {
+	groupVersion string
+	resources    []string
+}{
+	{"gateway.networking.k8s.io/v1", []string{"httproutes", "grpcroutes", "referencegrants"}},
+	{"security.istio.io/v1", []string{"peerauthentications", "authorizationpolicies"}},
+}
 
 // routeRights are the rights the chart's ClusterRole grants on Gateway
-// API routes. RBAC lets a caller create a role that grants a right, and
-// bind it, only if the caller holds the right itself, or may escalate and
-// bind cluster roles. They are asked because, unlike the core kinds' reads,
-// they came with the CRDs, and a role made for installing often lacks them.
-var routeRights = []struct{ verb, resource, subresource string }{
-	{"get", "httproutes", ""}, {"list", "httproutes", ""}, {"watch", "httproutes", ""},
-	{"get", "grpcroutes", ""}, {"list", "grpcroutes", ""}, {"watch", "grpcroutes", ""},
-	{"update", "httproutes", "status"}, {"patch", "httproutes", "status"},
-	{"update", "grpcroutes", "status"}, {"patch", "grpcroutes", "status"},
-}
+// API routes and Istio's security policies. RBAC lets a caller create a
+// role that grants a right, and bind it, only if the caller holds the
+// right itself, or may escalate and bind cluster roles. They are asked
+// because, unlike the core kinds' reads, they came with the CRDs, and a
+// role made for installing often lacks them.
+var routeRights = func() []struct{ verb, group, resource, subresource string } {
+	var out []struct{ verb, group, resource, subresource string }
+	for _, g := range []struct {
+		group     string
+		resources []string
+	}{{"gateway.networking.k8s.io", []string{"httproutes", "grpcroutes"}}, {"security.istio.io", []string{"peerauthentications", "authorizationpolicies"}}} {
+		for _, res := range g.resources {
+			for _, v := range []string{"get", "list", "watch"} {
+				out = append(out, struct{ verb, group, resource, subresource string }{v, g.group, res, ""})
+			}
+		}
+		for _, res := range g.resources {
+			for _, v := range []string{"update", "patch"} {
+				out = append(out, struct{ verb, group, resource, subresource string }{v, g.group, res, "status"})
+			}
+		}
+	}
+	return out
+}()
 
 // access is one SelfSubjectAccessReview's question.
 type access struct{ verb, group, resource, subresource, ns string }
@@ -198,17 +216,19 @@ func allowed(ctx context.Context, client kubernetes.Interface, a access) (bool, 
 // missing (and never patches or deletes it), so then no right on CRDs is
 // needed. A discovery error counts as not installed.
 func crdsInstalled(client kubernetes.Interface) bool {
-	list, err := client.Discovery().ServerResourcesForGroupVersion(gatewayGroupVersion)
-	if err != nil {
-		return false
-	}
-	served := map[string]bool{}
-	for _, r := range list.APIResources {
-		served[r.Name] = true
-	}
-	for _, r := range crdResources {
-		if !served[r] {
+	for _, k := range crdKinds {
+		list, err := client.Discovery().ServerResourcesForGroupVersion(k.groupVersion)
+		if err != nil {
 			return false
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
+		for _, r := range k.resources {
+			if !served[r] {
+				return false
+			}
 		}
 	}
 	return true
@@ -217,7 +237,7 @@ func crdsInstalled(client kubernetes.Interface) bool {
 // checkInstallRights asks whether the caller may create and patch every
 // kind the chart installs (in ns, or cluster-wide), create its CRDs (unless
 // they are installed already), grant what its ClusterRole grants on Gateway
-// API routes, and create the release's record, a Secret in releaseNS. The
+// API routes and Istio security policies, and create the release's record, a Secret in releaseNS. The
 // escalation check for the ClusterRole's and Role's other rights is not
 // asked.
 func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, releaseNS string) preflight.Result {
@@ -231,9 +251,9 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 		asks = append(asks, access{verb: "create", group: k.group, resource: k.resource, ns: where},
 			access{verb: "patch", group: k.group, resource: k.resource, ns: where})
 	}
-	crds := "create the Gateway API CRDs"
+	crds := "create the Gateway API and Istio security CRDs"
 	if crdsInstalled(client) {
-		crds = "the Gateway API CRDs are installed already"
+		crds = "the Gateway API and Istio security CRDs are installed already"
 	} else {
 		asks = append(asks, access{verb: "create", group: "apiextensions.k8s.io", resource: "customresourcedefinitions"})
 	}
@@ -254,7 +274,7 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 	}
 	var lacking []string
 	for _, g := range routeRights {
-		a := access{verb: g.verb, group: "gateway.networking.k8s.io", resource: g.resource, subresource: g.subresource}
+		a := access{verb: g.verb, group: g.group, resource: g.resource, subresource: g.subresource}
 		ok, err := allowed(ctx, client, a)
 		if err != nil {
 			r.Status, r.Detail = preflight.Fail, err.Error()
@@ -264,7 +284,7 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 			lacking = append(lacking, a.String())
 		}
 	}
-	grants := fmt.Sprintf("hold the %d rights the ClusterRole grants on Gateway API routes", len(routeRights))
+	grants := fmt.Sprintf("hold the %d rights the ClusterRole grants on Gateway API routes and Istio security policies", len(routeRights))
 	if len(lacking) > 0 {
 		escalate := true
 		for _, verb := range []string{"escalate", "bind"} {
@@ -276,7 +296,7 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 			escalate = escalate && ok
 		}
 		if escalate {
-			grants = "escalate and bind cluster roles (the ClusterRole grants rights on Gateway API routes the caller lacks)"
+			grants = "escalate and bind cluster roles (the ClusterRole grants rights on Gateway API routes and Istio security policies the caller lacks)"
 		} else {
 			denied = append(denied, fmt.Sprintf("%s (the ClusterRole grants them: RBAC wants the caller to hold them, or to be allowed to escalate and bind clusterroles)",
 				strings.Join(lacking, ", ")))

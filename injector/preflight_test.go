@@ -85,11 +85,16 @@ func rightsClient(t *testing.T, allow func(a authorizationv1.ResourceAttributes)
 		return true, r, nil
 	})
 	if len(served) > 0 {
-		list := &metav1.APIResourceList{GroupVersion: "gateway.networking.k8s.io/v1"}
+		gw := &metav1.APIResourceList{GroupVersion: "gateway.networking.k8s.io/v1"}
+		sec := &metav1.APIResourceList{GroupVersion: "security.istio.io/v1"}
 		for _, s := range served {
+			list := gw
+			if strings.HasSuffix(s, "policies") || strings.HasSuffix(s, "authentications") {
+				list = sec
+			}
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: s})
 		}
-		c.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{list}
+		c.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{gw, sec}
 	}
 	return c, &asked
 }
@@ -112,7 +117,7 @@ func TestInstallRights(t *testing.T) {
 	noStatusNoBind := deny(func(a authorizationv1.ResourceAttributes) bool {
 		return (a.Subresource == "status" && a.Verb == "patch") || a.Verb == "bind"
 	})
-	installed := []string{"httproutes", "grpcroutes", "referencegrants"}
+	installed := []string{"httproutes", "grpcroutes", "referencegrants", "peerauthentications", "authorizationpolicies"}
 	for _, tc := range []struct {
 		name    string
 		allow   func(authorizationv1.ResourceAttributes) bool
@@ -121,15 +126,16 @@ func TestInstallRights(t *testing.T) {
 		detail  string
 		askCRDs bool
 	}{
-		{"everything allowed", all, nil, preflight.OK, "create the Gateway API CRDs, hold the 10 rights the ClusterRole grants", true},
+		{"everything allowed", all, nil, preflight.OK, "create the Gateway API and Istio security CRDs, hold the 20 rights the ClusterRole grants", true},
 		{"no CRDs may be created", noCRDs, nil, preflight.Fail, "not allowed to create customresourcedefinitions cluster-wide", true},
-		{"CRDs installed already", noCRDs, installed, preflight.OK, "the Gateway API CRDs are installed already", false},
+		{"CRDs installed already", noCRDs, installed, preflight.OK, "the Gateway API and Istio security CRDs are installed already", false},
+		{"Istio's missing", noCRDs, installed[:3], preflight.Fail, "create customresourcedefinitions cluster-wide", true},
 		{"one of them missing", noCRDs, installed[:2], preflight.Fail, "create customresourcedefinitions cluster-wide", true},
 		{"a route right lacking", noGRPCList, nil, preflight.OK, "escalate and bind cluster roles", true},
 		{"a route right lacking, no escalate", noGRPCListNoEscalate, nil, preflight.Fail,
 			"not allowed to list grpcroutes cluster-wide (the ClusterRole grants them", true},
 		{"status rights lacking, no bind", noStatusNoBind, nil, preflight.Fail,
-			"patch httproutes/status cluster-wide, patch grpcroutes/status cluster-wide (the ClusterRole", true},
+			"patch httproutes/status cluster-wide, patch grpcroutes/status cluster-wide, patch peerauthentications/status cluster-wide, patch authorizationpolicies/status cluster-wide (the ClusterRole", true},
 	} {
 		c, asked := rightsClient(t, tc.allow, tc.served...)
 		got := checkInstallRights(context.Background(), c, "meshlet-system", "")

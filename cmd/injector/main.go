@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -152,7 +153,8 @@ func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 	fs.StringVar(&opts.WebhookAddr, "webhook-addr", opts.WebhookAddr, "listen `ADDR` of the injection webhook (HTTPS).")
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "listen `ADDR` of SDS and xDS (gRPC over TLS, one port).")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "listen `ADDR` of the Prometheus metrics (/metrics).")
-	fs.StringVar(&opts.Sidecar.MTLSMode, "mtls-mode", opts.Sidecar.MTLSMode, "the inbound mTLS `MODE` of injected sidecars (their MESHLET_MTLS_MODE): STRICT or PERMISSIVE. A pod's meshlet.io/mtls-mode annotation overrides it. Empty: the sidecar's default, PERMISSIVE.")
+	fs.StringVar(&opts.Sidecar.MTLSMode, "mtls-mode", opts.Sidecar.MTLSMode, "the inbound mTLS `MODE` of injected sidecars (their MESHLET_MTLS_MODE, and the mode of workloads no PeerAuthentication sets): STRICT or PERMISSIVE. A PeerAuthentication, then a pod's meshlet.io/mtls-mode annotation, overrides it. Empty: PERMISSIVE.")
+	fs.StringVar(&opts.RootNamespace, "root-namespace", opts.RootNamespace, "the `NAMESPACE` whose PeerAuthentications and AuthorizationPolicies without a selector apply to the whole mesh, as Istio's root namespace. Empty: istio-system.")
 	// The injected container's resources, one flag per quantity as the
 	// pod annotations that override them (meshlet.io/proxy-cpu, ...).
 	res := map[string]*string{}
@@ -258,6 +260,9 @@ func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) e
 	}
 	if opts.Gateway, err = gatewayclient.NewForConfig(cfg); err != nil {
 		return fmt.Errorf("serve: gateway api client: %w", err)
+	}
+	if opts.Istio, err = istioclient.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("serve: istio client: %w", err)
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -7,12 +7,15 @@ import (
 	"maps"
 	"time"
 
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -50,13 +53,34 @@ var routeGroupVersion = gatewayv1.SchemeGroupVersion.String()
 // sync) is logged once and left out; installing the CRD later takes a
 // restart.
 func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw gatewayclient.Interface, s *Server, resync time.Duration) error {
+	return RunAllInformers(ctx, Clients{Kube: client, Gateway: gw}, s, resync)
+}
+
+// Clients are the API clients RunAllInformers watches through.
+type Clients struct {
+	// Kube is required.
+	Kube kubernetes.Interface
+	// Gateway, when set, adds HTTPRoutes and GRPCRoutes
+	// (RunInformersWithRoutes).
+	Gateway gatewayclient.Interface
+	// Istio, when set, adds PeerAuthentications and AuthorizationPolicies
+	// (security.istio.io/v1), whose status (PolicyConditionType) it
+	// writes; a kind not served is logged once and left out, as routes
+	// are.
+	Istio istioclient.Interface
+}
+
+// RunAllInformers is RunInformersWithRoutes that also watches Istio's
+// security policies through c.Istio.
+func RunAllInformers(ctx context.Context, c Clients, s *Server, resync time.Duration) error {
+	client, gw := c.Kube, c.Gateway
 	f := informers.NewSharedInformerFactory(client, resync)
 	svc := f.Core().V1().Services()
 	eps := f.Discovery().V1().EndpointSlices()
 	nodes := f.Core().V1().Nodes()
 	pods := f.Core().V1().Pods()
-	// Keep only what discovery reads of a pod: its name, annotation,
-	// service account and node.
+	// Keep only what discovery reads of a pod: its name, labels, two
+	// annotations, service account and node.
 	if err := pods.Informer().SetTransform(func(obj any) (any, error) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -65,8 +89,14 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 		slim := &corev1.Pod{}
 		slim.Namespace, slim.Name, slim.ResourceVersion = p.Namespace, p.Name, p.ResourceVersion
 		slim.Spec.ServiceAccountName, slim.Spec.NodeName = p.Spec.ServiceAccountName, p.Spec.NodeName
-		if v, ok := p.Annotations[statusAnnotation]; ok {
-			slim.Annotations = map[string]string{statusAnnotation: v}
+		slim.Labels = p.Labels // policy selectors
+		for _, k := range []string{statusAnnotation, MTLSModeAnnotation} {
+			if v, ok := p.Annotations[k]; ok {
+				if slim.Annotations == nil {
+					slim.Annotations = map[string]string{}
+				}
+				slim.Annotations[k] = v
+			}
 		}
 		return slim, nil
 	}); err != nil {
@@ -115,8 +145,42 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 			status = newRouteStatusWriter(gw, routes, grpcRoutes, svc.Lister(), s.opts.ClusterDomain, s.log)
 		}
 	}
+	peerAuths := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	authzPolicies := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	var isf istioinformers.SharedInformerFactory
+	var policyInfs []cache.SharedIndexInformer
+	var pstatus *policyStatusWriter
+	if c.Istio != nil {
+		served, err := resourcesServed(ctx, c.Istio.Discovery(), securityGroupVersion)
+		if err != nil {
+			return err
+		}
+		isf = istioinformers.NewSharedInformerFactory(c.Istio, resync)
+		for _, k := range []struct {
+			resource, what string
+			informer       func() cache.SharedIndexInformer
+			store          *cache.Indexer
+		}{
+			{"peerauthentications", "PeerAuthentications", func() cache.SharedIndexInformer { return isf.Security().V1().PeerAuthentications().Informer() }, &peerAuths},
+			{"authorizationpolicies", "AuthorizationPolicies", func() cache.SharedIndexInformer { return isf.Security().V1().AuthorizationPolicies().Informer() }, &authzPolicies},
+		} {
+			if !served[k.resource] {
+				s.log.Warn(k.what+" not served (Istio's security CRDs not installed?): none applied", "group_version", securityGroupVersion)
+				continue
+			}
+			inf := k.informer()
+			if err := inf.SetTransform(dropManagedFields); err != nil {
+				return fmt.Errorf("xds: %s informer: %w", k.resource, err)
+			}
+			*k.store = inf.GetIndexer()
+			policyInfs = append(policyInfs, inf)
+		}
+		if len(policyInfs) > 0 {
+			pstatus = newPolicyStatusWriter(c.Istio, peerAuths, authzPolicies, s.log)
+		}
+	}
 	s.useSources(sources{services: svc.Lister(), slices: eps.Informer().GetIndexer(), nodes: nodes.Lister(), pods: pods.Lister(),
-		routes: routes, grpcRoutes: grpcRoutes})
+		routes: routes, grpcRoutes: grpcRoutes, peerAuths: peerAuths, authzPolicies: authzPolicies})
 	// Each handler gets the object before and after a change (nil when
 	// added or deleted), as the Upsert and Delete methods do.
 	handlers := []struct {
@@ -147,6 +211,15 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 			status.routeChanged(old, cur)
 		}})
 	}
+	for _, inf := range policyInfs {
+		handlers = append(handlers, struct {
+			inf    cache.SharedIndexInformer
+			change func(old, cur any)
+		}{inf, func(_, cur any) {
+			s.policyChanged()
+			pstatus.changed(cur)
+		}})
+	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { h.change(nil, o) },
@@ -169,12 +242,20 @@ func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw
 		defer gf.Shutdown()
 		maps.Copy(synced, gf.WaitForCacheSync(ctx.Done()))
 	}
+	if len(policyInfs) > 0 {
+		isf.Start(ctx.Done())
+		defer isf.Shutdown()
+		maps.Copy(synced, isf.WaitForCacheSync(ctx.Done()))
+	}
 	for typ, ok := range synced {
 		if !ok {
 			return fmt.Errorf("xds: informer cache for %v never synced", typ)
 		}
 	}
 	s.SetSynced()
+	if pstatus != nil {
+		go pstatus.run(ctx)
+	}
 	if status != nil {
 		status.run(ctx) // until ctx ends
 	}
@@ -196,9 +277,19 @@ func dropManagedFields(obj any) (any, error) {
 // unknown) means none. Other errors are retried every second until ctx
 // ends, since the other informers need the API server as much.
 func routesServed(ctx context.Context, gw gatewayclient.Interface) (map[string]bool, error) {
+	return resourcesServed(ctx, gw.Discovery(), routeGroupVersion)
+}
+
+// securityGroupVersion is where Istio's PeerAuthentications and
+// AuthorizationPolicies are served.
+const securityGroupVersion = "security.istio.io/v1"
+
+// resourcesServed asks the API server's discovery which resources it
+// serves in groupVersion, as routesServed.
+func resourcesServed(ctx context.Context, d discovery.DiscoveryInterface, groupVersion string) (map[string]bool, error) {
 	served := map[string]bool{}
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := gw.Discovery().ServerResourcesForGroupVersion(routeGroupVersion)
+		list, err := d.ServerResourcesForGroupVersion(groupVersion)
 		switch {
 		case apierrors.IsNotFound(err):
 			return true, nil
@@ -211,7 +302,7 @@ func routesServed(ctx context.Context, gw gatewayclient.Interface) (map[string]b
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("xds: discovery of %s: %w", routeGroupVersion, err)
+		return nil, fmt.Errorf("xds: discovery of %s: %w", groupVersion, err)
 	}
 	return served, nil
 }
