@@ -21,7 +21,13 @@ import (
 // each: the pod name of a 200, else "code N" or the error.
 func fetch(t *testing.T, client corev1.Pod, target string, n int, headers ...string) []string {
 	t.Helper()
-	q := url.Values{"url": {target}, "n": {fmt.Sprint(n)}, "header": headers}
+	return fetchMethod(t, client, "GET", target, n, headers...)
+}
+
+// fetchMethod is fetch with another method than GET.
+func fetchMethod(t *testing.T, client corev1.Pod, method, target string, n int, headers ...string) []string {
+	t.Helper()
+	q := url.Values{"url": {target}, "n": {fmt.Sprint(n)}, "header": headers, "method": {method}}
 	var r struct {
 		Results []peerResult `json:"results"`
 	}

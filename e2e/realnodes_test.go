@@ -326,6 +326,9 @@ func TestRealNodesMesh(t *testing.T) {
 
 	// Gateway API for mesh: an HTTPRoute on the echo Service.
 	checkMeshRoutes(t, c, clientPod, vip)
+
+	// Istio's PeerAuthentication and AuthorizationPolicy.
+	checkAuthorization(t, c, app, grace)
 }
 
 // waitPodReady waits until a pod is Ready and returns it.

@@ -6,8 +6,8 @@
 // second on a new connection and serves the last results as JSON on
 // /peers; with $COUNT too, it exits after that many rounds, with status 0
 // if every GET answered 200 (a Job's app). /fetch?url=U&n=N&header=K:V
-// sends N GETs of U from the pod (through its sidecar), with the given
-// headers, and answers their results as JSON, for tests that need many
+// sends N GETs (or &method=M requests) of U from the pod (through its
+// sidecar), with the given headers, and answers their results as JSON, for tests that need many
 // requests at once (a traffic split) or headers of their own (a route's
 // match). Built statically and packed into docker.io/local/echo:v1 by the
 // real-nodes tests.
@@ -107,7 +107,11 @@ func main() {
 		out := make([]result, 0, n)
 		for range n {
 			res := result{Target: q.Get("url"), Time: time.Now().UTC().Format(time.RFC3339Nano)}
-			req, err := http.NewRequest(http.MethodGet, q.Get("url"), nil)
+			method := q.Get("method")
+			if method == "" {
+				method = http.MethodGet
+			}
+			req, err := http.NewRequest(method, q.Get("url"), nil)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
