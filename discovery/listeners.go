@@ -9,14 +9,17 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	httprbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	netrbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshlet-dev/meshlet/authz"
 	"github.com/meshlet-dev/meshlet/config"
 )
 
 var (
 	listenerKeys = []string{"name", "address", "direction", "original_destination", "protocol",
-		"detection_timeout", "tcp_idle_timeout", "stream_idle_timeout", "request_headers_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls"}
+		"detection_timeout", "tcp_idle_timeout", "stream_idle_timeout", "request_headers_timeout", "server_first_ports", "common_http_protocol_options", "routes", "mtls", "rbac"}
 	peerAuthKeys = []string{"mode", "principals", "namespaces", "trust_domains"}
 	routeKeys    = []string{"name", "match", "cluster", "timeout", "retry_policy", "route_config"}
 	// httpOnlyRouteKeys make no sense on a listener that proxies opaque TCP.
@@ -101,6 +104,14 @@ func decodeListener(p path, raw json.RawMessage) (config.Listener, error) {
 	}
 	if o.has("mtls") {
 		if l.MTLS, err = decodeInboundMTLS(p.field("mtls"), o.raw("mtls")); err != nil {
+			return l, err
+		}
+	}
+	if o.has("rbac") {
+		if l.Direction != config.Inbound {
+			return l, p.field("rbac").errorf("only an inbound listener authorizes")
+		}
+		if l.Authz, err = decodeRBAC(p.field("rbac"), o.raw("rbac")); err != nil {
 			return l, err
 		}
 	}
@@ -289,4 +300,47 @@ func decodePeerAuthorization(o *object, mode config.MTLSMode) (config.PeerAuthor
 		}
 	}
 	return pa, nil
+}
+
+// decodeRBAC reads an inbound listener's rbac: http and network, lists of
+// Envoy RBAC filter configurations (envoy.extensions.filters.http.rbac.v3
+// and network.rbac.v3 RBAC, in their JSON form) run in order, as a control
+// plane sends them over ECDS.
+func decodeRBAC(p path, raw json.RawMessage) (*config.Authz, error) {
+	o, err := decodeObject(p, raw, "http", "network")
+	if err != nil {
+		return nil, err
+	}
+	a := &config.Authz{}
+	httpList, err := o.list("http")
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range httpList {
+		var m httprbacv3.RBAC
+		if err := unmarshalProto(p.field("http").index(i), r, &m); err != nil {
+			return nil, err
+		}
+		f, err := authz.Compile(&m)
+		if err != nil {
+			return nil, p.field("http").index(i).errorf("%v", err)
+		}
+		a.HTTP = append(a.HTTP, f)
+	}
+	netList, err := o.list("network")
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range netList {
+		var m netrbacv3.RBAC
+		if err := unmarshalProto(p.field("network").index(i), r, &m); err != nil {
+			return nil, err
+		}
+		f, err := authz.CompileNetwork(&m)
+		if err != nil {
+			return nil, p.field("network").index(i).errorf("%v", err)
+		}
+		a.Network = append(a.Network, f)
+	}
+	return a, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet-dev/meshlet/authz"
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/retry"
@@ -205,12 +206,52 @@ func TestParseStaticJSON(t *testing.T) {
 }
 
 // TestParseStaticErrors checks that every rejected input names its field.
+// TestParseStaticRBAC: an inbound listener may carry Envoy RBAC filter
+// configurations, which then decide its requests.
+func TestParseStaticRBAC(t *testing.T) {
+	cfg, err := ParseStatic([]byte(staticCluster + `listeners:
+  - address: 0.0.0.0:15006
+    direction: inbound
+    routes: [{name: echo, cluster: echo}]
+    rbac:
+      http:
+        - rules:
+            action: ALLOW
+            policies:
+              get-only:
+                permissions: [{header: {name: ":method", string_match: {exact: GET}}}]
+                principals: [{authenticated: {principal_name: {prefix: "spiffe://cluster.local/ns/prod/"}}}]
+      network:
+        - {stat_prefix: tcp, rules: {action: DENY, policies: {none: {permissions: [{destination_port: 9}], principals: [{any: true}]}}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Listeners[0].Authz
+	if a == nil || len(a.HTTP) != 1 || len(a.Network) != 1 {
+		t.Fatalf("authz %+v", a)
+	}
+	in := &authz.Input{HTTP: true, Method: "GET", Authenticated: true, Principal: "spiffe://cluster.local/ns/prod/sa/x"}
+	if !a.HTTP.Decide(in, nil).Allowed {
+		t.Error("GET from prod denied")
+	}
+	in.Method = "POST"
+	if a.HTTP.Decide(in, nil).Allowed {
+		t.Error("POST allowed")
+	}
+}
+
 func TestParseStaticErrors(t *testing.T) {
 	const l = "listeners:\n  - address: 127.0.0.1:15001\n"
 	tests := []struct {
 		name, y string
 		parts   []string
 	}{
+		{"rbac on an outbound listener", l + "    rbac: {http: []}\n", []string{"listeners[0].rbac: only an inbound listener authorizes"}},
+		{"rbac field meshlet cannot enforce", "listeners:\n  - address: 127.0.0.1:15006\n    direction: inbound\n    rbac: {http: [{shadow_rules: {}}]}\n",
+			[]string{"listeners[0].rbac.http[0]: shadow_rules: not supported"}},
+		{"rbac unknown field", "listeners:\n  - address: 127.0.0.1:15006\n    direction: inbound\n    rbac: {http: [{rulez: {}}]}\n",
+			[]string{"listeners[0].rbac.http[0]", "rulez"}},
 		{"yaml syntax", "listeners: [", []string{"discovery: parse: yaml"}},
 		{"duplicate yaml key", "admin: a\nadmin: b\n", []string{"discovery: parse:", "admin"}},
 		{"not an object", "- a\n", []string{"discovery: want an object, got a list"}},
