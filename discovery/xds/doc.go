@@ -88,6 +88,21 @@
 // rate-limited workqueue, only when it differs, with the resourceVersion
 // read, so replicas never fight.
 //
+// # Security policies (Istio's PeerAuthentication and AuthorizationPolicy)
+//
+// RunAllInformers watches security.istio.io/v1 PeerAuthentications and
+// AuthorizationPolicies. For each sidecar whose node id names a pod, the
+// policies that select it (root namespace mesh-wide, its namespace,
+// selectors, Service targetRefs) resolve into its mTLS modes (the pod's
+// meshlet.io/mtls-mode annotation over workload, namespace and mesh
+// PeerAuthentications, UNSET inheriting) and Envoy RBAC filters, Istio's
+// rules translated as Istio generates them (translateAuthorizationPolicies);
+// a policy that cannot be translated makes the workloads it selects allow
+// nothing. They go out as the seven ECDS resources of
+// meshmeta.InboundExtensionNames, and sidecars with the same selection
+// share a snapshot (the group key gains the selection). Each policy's
+// status gets a MeshletAccepted condition (PolicyConditionType).
+//
 // The sidecar side (package discovery/adsclient) translates what it
 // receives with the same functions as the static config file
 // (discovery.TranslateCluster and discovery.TranslateClusterLoadAssignment),
