@@ -49,10 +49,10 @@ type Input struct {
 	SNI string
 	// HTTP is set for a request; the fields below are only read then.
 	HTTP bool
-	// Method, Authority, Scheme and Path are the request's pseudo-headers;
-	// Path is the normalized path with its query (url_path matchers drop
-	// the query).
-	Method, Authority, Scheme, Path string
+	// Method, Authority and Scheme are the request's pseudo-headers; Path
+	// is its normalized path without the query, which url_path matchers
+	// read, and Query the raw query (":path" is the two joined by "?").
+	Method, Authority, Scheme, Path, Query string
 	// Header are the request's headers, keys in canonical form.
 	Header http.Header
 }
@@ -66,6 +66,9 @@ func (in *Input) header(name string) (string, bool) {
 	case ":authority":
 		return in.Authority, in.HTTP
 	case ":path":
+		if in.Query != "" {
+			return in.Path + "?" + in.Query, in.HTTP
+		}
 		return in.Path, in.HTTP
 	case ":scheme":
 		return in.Scheme, in.HTTP
@@ -83,7 +86,7 @@ func (in *Input) header(name string) (string, bool) {
 // urlPath is the path without its query or fragment.
 func (in *Input) urlPath() string {
 	p := in.Path
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
+	if i := strings.IndexByte(p, '#'); i >= 0 {
 		p = p[:i]
 	}
 	return p

@@ -103,7 +103,7 @@ func FuzzDecide(f *testing.F) {
 		id := fuzzPrincipals[int(s.next())%len(fuzzPrincipals)]
 		in := &Input{Authenticated: id != "", Principal: id, Source: netip.AddrFrom4([4]byte{10, s.next() % 2, 0, 1}),
 			Destination: netip.AddrPortFrom(netip.MustParseAddr("10.9.0.1"), uint16(fuzzPorts[int(s.next())%2])),
-			HTTP:        true, Method: fuzzMethods[int(s.next())%2], Path: fuzzPaths[int(s.next())%3] + "?q", Header: http.Header{}}
+			HTTP:        true, Method: fuzzMethods[int(s.next())%2], Path: fuzzPaths[int(s.next())%3], Query: "q", Header: http.Header{}}
 
 		d := chain.Decide(in, nil)
 		wantAllowed, denier := true, -1

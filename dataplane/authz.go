@@ -130,12 +130,8 @@ func (w *worker) authorizeRequest(rw http.ResponseWriter, req *http.Request, ex 
 	if p := req.URL.EscapedPath(); needsNormalizing(p) {
 		setEscapedPath(req.URL, normalizePath(p))
 	}
-	in := authz.Input{HTTP: true, Method: req.Method, Authority: req.Host, Scheme: "http", Header: req.Header}
-	if req.URL.RawQuery != "" || req.URL.ForceQuery {
-		in.Path = req.URL.EscapedPath() + "?" + req.URL.RawQuery
-	} else {
-		in.Path = req.URL.EscapedPath()
-	}
+	in := authz.Input{HTTP: true, Method: req.Method, Authority: req.Host, Scheme: "http", Header: req.Header,
+		Path: req.URL.EscapedPath(), Query: req.URL.RawQuery}
 	if info.mtls {
 		in.Scheme = "https"
 	}

@@ -53,7 +53,8 @@ func peer(id string) *authz.Input {
 
 func request(in *authz.Input, method, path string) *authz.Input {
 	r := *in
-	r.HTTP, r.Method, r.Path, r.Authority, r.Scheme = true, method, path, "echo.default:8080", "http"
+	r.HTTP, r.Method, r.Authority, r.Scheme = true, method, "echo.default:8080", "http"
+	r.Path, r.Query, _ = strings.Cut(path, "?")
 	r.Header = http.Header{}
 	return &r
 }

@@ -215,7 +215,10 @@ func RunAllInformers(ctx context.Context, c Clients, s *Server, resync time.Dura
 		handlers = append(handlers, struct {
 			inf    cache.SharedIndexInformer
 			change func(old, cur any)
-		}{inf, func(_, cur any) {
+		}{inf, func(old, cur any) {
+			if specUnchanged(old, cur) {
+				return // our own status write, or another's
+			}
 			s.policyChanged()
 			pstatus.changed(cur)
 		}})
@@ -311,4 +314,16 @@ func resourcesServed(ctx context.Context, d discovery.DiscoveryInterface, groupV
 func as[T any](o any) T {
 	v, _ := o.(T)
 	return v
+}
+
+// specUnchanged says whether an update kept a policy's spec
+// (its generation counts spec changes), as a status write does: nothing
+// to translate again or to write.
+func specUnchanged(old, cur any) bool {
+	o, ok1 := old.(metav1.Object)
+	c, ok2 := cur.(metav1.Object)
+	if !ok1 || !ok2 || o == nil || c == nil {
+		return false
+	}
+	return o.GetGeneration() != 0 && o.GetGeneration() == c.GetGeneration() && o.GetDeletionTimestamp().Equal(c.GetDeletionTimestamp())
 }

@@ -95,7 +95,9 @@ func (s *Server) inboundPolicyLocked(nodeID string) (string, *workloadPolicies) 
 		fmt.Fprintf(&b, ",%d=%s", p, ports[p])
 	}
 	for _, ap := range aps {
-		fmt.Fprintf(&b, ";%s/%s@%s", ap.Namespace, ap.Name, ap.ResourceVersion)
+		// The generation, not the resourceVersion, which status writes
+		// change too.
+		fmt.Fprintf(&b, ";%s/%s@%d", ap.Namespace, ap.Name, ap.Generation)
 	}
 	key := b.String()
 	if wp, ok := s.policies[key]; ok {

@@ -174,3 +174,21 @@ rules:
 		})
 	})
 }
+
+// A status write (same generation) is no policy change; a spec change,
+// an add or a delete is.
+func TestSpecUnchanged(t *testing.T) {
+	p := func(gen int64) *securityv1.AuthorizationPolicy {
+		return &securityv1.AuthorizationPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p", Generation: gen}}
+	}
+	for _, c := range []struct {
+		old, cur any
+		want     bool
+	}{
+		{p(2), p(2), true}, {p(2), p(3), false}, {nil, p(1), false}, {p(1), nil, false}, {p(0), p(0), false},
+	} {
+		if got := specUnchanged(c.old, c.cur); got != c.want {
+			t.Errorf("specUnchanged(%v, %v) = %v", c.old, c.cur, got)
+		}
+	}
+}
