@@ -5,8 +5,10 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -80,6 +82,9 @@ type Config struct {
 	// Admin, Health and Prometheus are listen addresses ("" = off).
 	Admin, Health, Prometheus string
 	AccessLog                 AccessLog
+	// Tracing, when set, starts and joins traces and exports their spans;
+	// nil leaves the trace headers to pass through untouched.
+	Tracing *Tracing
 	// DrainTimeout bounds the graceful drain on SIGTERM or /drain.
 	DrainTimeout time.Duration
 	// GlobalDownstreamMaxConnections caps the downstream connections open
@@ -100,6 +105,26 @@ type Node struct {
 	Cluster  string
 	Locality lb.Locality
 }
+
+// Tracing is where the sidecar sends spans and how many requests it
+// samples (Istio's meshConfig tracing settings).
+type Tracing struct {
+	// Endpoint is the OTLP/gRPC collector, host:port, dialled in
+	// plaintext (a collector inside the cluster, as Istio's default
+	// OpenTelemetry provider).
+	Endpoint string
+	// Sampling is the percentage, 0 to 100, of requests that arrive
+	// without a caller's sampling decision that are sampled; a request's
+	// own decision (traceparent's flag, B3's sampled or debug) is always
+	// honoured. Default DefaultTraceSampling.
+	Sampling float64
+	// ServiceName is the spans' service.name (default: the node's
+	// cluster, else its id).
+	ServiceName string
+}
+
+// DefaultTraceSampling is Istio's default sampling percentage.
+const DefaultTraceSampling = 1.0
 
 // AccessLogFormat selects the access-log rendering.
 type AccessLogFormat string
@@ -388,6 +413,13 @@ func (c *Config) WithDefaults() *Config {
 	if out.AccessLog.FlushInterval <= 0 {
 		out.AccessLog.FlushInterval = DefaultAccessLogFlushInterval
 	}
+	if c.Tracing != nil {
+		t := *c.Tracing
+		if t.ServiceName == "" {
+			t.ServiceName = cmp.Or(c.Node.Cluster, c.Node.ID, "meshlet")
+		}
+		out.Tracing = &t
+	}
 	out.Listeners = slices.Clone(c.Listeners)
 	for i := range out.Listeners {
 		l := &out.Listeners[i]
@@ -545,6 +577,14 @@ func (c *Config) Validate() error {
 	}
 	if c.AccessLog.FlushInterval < 0 {
 		return fmt.Errorf("config: access_log.flush_interval: %v must be >= 0", c.AccessLog.FlushInterval)
+	}
+	if t := c.Tracing; t != nil {
+		if _, _, err := net.SplitHostPort(t.Endpoint); err != nil || t.Endpoint == "" {
+			return fmt.Errorf("config: tracing.endpoint: %q: want host:port of an OTLP/gRPC collector", t.Endpoint)
+		}
+		if !(t.Sampling >= 0 && t.Sampling <= 100) { // NaN too
+			return fmt.Errorf("config: tracing.sampling: %v: want a percentage from 0 to 100", t.Sampling)
+		}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 )
 
@@ -190,4 +191,93 @@ func processCPUTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTracing measures what tracing costs a request through a
+// sidecar pair over mutual TLS (BenchmarkMeshPair's http/mtls) exporting
+// to a real Jaeger: tracing off (headers untouched), on at 0 % (trace
+// context started and propagated, nothing recorded), 1 % and 100 %.
+// cpu-us/op is this process's CPU (client, both sidecars, app; Jaeger runs
+// apart). bench/tracing.sh writes the table in bench/RESULTS.md.
+func BenchmarkTracing(b *testing.B) {
+	j := testtool.StartJaeger(b, "127.0.0.1")
+	for _, c := range []struct {
+		name     string
+		sampling float64
+		on       bool
+	}{{"off", 0, false}, {"sampling-0", 0, true}, {"sampling-1", 1, true}, {"sampling-100", 100, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			var tr *config.Tracing
+			if c.on {
+				tr = &config.Tracing{Endpoint: j.OTLP, Sampling: c.sampling}
+			}
+			benchTracing(b, tr)
+		})
+	}
+}
+
+func benchTracing(b *testing.B, tr *config.Tracing) {
+	ca := testCA(b, 0)
+	app := upstream(b, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	bCfg := &config.Config{Node: config.Node{ID: "web", Cluster: "web"}, DrainTimeout: time.Second, AccessLog: config.AccessLog{Path: "off"},
+		Tracing: tr, Listeners: []config.Listener{{Name: "inbound", Address: "127.0.0.2:0", Direction: config.Inbound, Protocol: config.ProtocolAuto,
+			Routes: []config.Route{{Name: "app", Cluster: "app", Timeout: 5 * time.Second}}}},
+		Clusters: []config.Cluster{testCluster("app", endpoint(app, "a"))}}
+	bs, err := New(bCfg, Options{HTTP1Server: testHTTP1Server, Workers: 2, Identity: identity(b, ca, webID, time.Hour), AccessLog: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bs.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer bs.Shutdown()
+	cfg := testConfig(noRetry, testCluster("echo", meshedEndpoint(bs.ListenerAddrs()["127.0.0.2:0"], webID.String())))
+	cfg.AccessLog.Path, cfg.Admin, cfg.Tracing = "off", "", tr
+	a, err := New(cfg, Options{HTTP1Server: testHTTP1Server, Workers: 2, Identity: identity(b, ca, clientID, time.Hour), AccessLog: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer a.Shutdown()
+	url := "http://" + a.ListenerAddrs()["127.0.0.1:0"] + "/"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	one := func() error {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Host = "echo"
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for range 20 {
+		if err := one(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0 := processCPUTime()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := one(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPUTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	if tr != nil {
+		for _, s := range []*Server{a, bs} {
+			t := s.tracer.Load()
+			t.Flush()
+			if t.Dropped()+t.Failed() > 0 {
+				b.Errorf("spans dropped %d, failed %d", t.Dropped(), t.Failed())
+			}
+		}
+	}
 }

@@ -87,6 +87,10 @@ type activeStream struct {
 	// dst is the request's original destination (a passthrough
 	// endpoint's port).
 	dst netip.AddrPort
+	// hostZone is the zone of the last upstream host tried.
+	hostZone string
+	// trace is the request's span in this sidecar (tracing on).
+	trace traceState
 }
 
 // httpScratch is the router's state for one request, in one allocation
@@ -197,6 +201,9 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	if h1.Get(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
+	}
+	if st.tracing {
+		w.startTrace(st, req, &ex.trace)
 	}
 	down := req.Context()        // the downstream's (req may be replaced below)
 	var routeCtx context.Context // the request's context with the route timeout
@@ -559,7 +566,7 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		}
 		rs.OnHostAttempted(h) // the retry priority excludes its level later
 		ex.tried = append(ex.tried, h.ID)
-		ex.host = upstreamAddr(h, ex.dst)
+		ex.host, ex.hostZone = upstreamAddr(h, ex.dst), h.Locality.Zone
 		resp, err := w.tryOnce(req, ex, h, policy.PerTryTimeout)
 		w.release(c, h)
 		hc.rqActive.Add(-1)
@@ -895,7 +902,8 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 
 // logHTTP writes the access-log line and the request metrics.
 func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *activeStream, start time.Time) {
-	d := time.Since(start)
+	end := time.Now()
+	d := end.Sub(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	e := accesslog.Entry{
 		StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, h1.RequestTarget(req)), Protocol: req.Proto,
@@ -904,7 +912,11 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 		RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
 	}
 	w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: ex.details, Failure: ex.failure, Cluster: ex.clusterName(),
-		DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer})
+		DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer, TraceID: ex.trace.logTraceID()})
+	if ex.trace.sampled {
+		w.endTrace(st, info, req, sw, rx, ex, start, end)
+	}
+	w.countZone(st, ex.cluster, ex.hostZone, rx, sw.bytes.Load(), info, false)
 	if ex.flags&respflag.DPE != 0 {
 		w.s.countProtocolError(st, info)
 	}

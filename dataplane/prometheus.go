@@ -65,6 +65,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(metric, "meshlet statistic "+sv.name, nil, nil), typ, float64(sv.value))
 	}
 	c.collectRequests(ch, st)
+	c.collectZones(ch)
+	c.collectTracing(ch)
 	c.collectMTLS(ch)
 	c.s.authzStats.each(func(action, policy, result string, n uint64) {
 		ch <- prometheus.MustNewConstMetric(authzDesc, prometheus.CounterValue, float64(n), action, policy, result)
@@ -87,6 +89,23 @@ var (
 	certReadyDesc = prometheus.NewDesc("meshlet_workload_cert_ready",
 		"1 when the sidecar holds a workload certificate and a trust bundle.", nil, nil)
 )
+
+var tracingSpansDesc = prometheus.NewDesc("meshlet_tracing_spans_total",
+	"Sampled spans by what became of them: exported to the collector, dropped (the export queue was full), failed (the upload failed).",
+	[]string{"result"}, nil)
+
+func (c *collector) collectTracing(ch chan<- prometheus.Metric) {
+	t := c.s.tracer.Load()
+	if t == nil {
+		return
+	}
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"exported", t.Exported()}, {"dropped", t.Dropped()}, {"failed", t.Failed()}} {
+		ch <- prometheus.MustNewConstMetric(tracingSpansDesc, prometheus.CounterValue, float64(r.n), r.result)
+	}
+}
 
 func (c *collector) collectMTLS(ch chan<- prometheus.Metric) {
 	c.s.mtlsStats.each(func(direction, result string, n uint64) {

@@ -29,6 +29,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/spans"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
@@ -49,6 +50,9 @@ type Options struct {
 	// AccessLog, when set, receives access-log lines instead of the
 	// config's access_log.path.
 	AccessLog io.Writer
+	// TraceFlushInterval is how often queued spans are uploaded (0: the
+	// OpenTelemetry SDK's default, 5 s; tests shorten it).
+	TraceFlushInterval time.Duration
 	// Workers is the number of workers, each with its own SO_REUSEPORT
 	// socket of every listener (0: one). The caller decides it once
 	// (the sidecar: -concurrency or the usable CPUs); the data plane
@@ -106,6 +110,9 @@ type Server struct {
 	dropped  atomic.Uint64 // events the main loop could not take
 	reloadCh chan reloadReq
 	access   atomic.Pointer[logsink.Logger]
+	// tracer exports spans (nil: tracing off); replaced when a reload
+	// changes the collector or the resource.
+	tracer atomic.Pointer[spans.Exporter]
 
 	listenMu  sync.Mutex
 	listeners map[string][]*net.TCPListener // address -> one per worker
@@ -142,6 +149,11 @@ type state struct {
 	// (GlobalDownstreamMaxConnections, or the default from the file
 	// descriptor limit).
 	maxDownstream int64
+	// tracing: requests join or start traces (cfg.Tracing set);
+	// traceThreshold is its sampling percentage as a bound on a 64-bit
+	// draw.
+	tracing        bool
+	traceThreshold uint64
 }
 
 type listenerState struct {
@@ -284,6 +296,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.access.Store(al)
+	s.setTracer(nil, st.cfg)
 	if err := s.openListeners(st); err != nil {
 		s.closeAllListeners()
 		return err
@@ -396,6 +409,9 @@ func (s *Server) buildState(cfg *config.Config, old *state) (*state, error) {
 	cfg = cfg.WithDefaults() // resolved once: the data plane reads settings as they are
 	st := &state{cfg: cfg, given: given, clusters: map[string]*cluster{}, listeners: map[string]*listenerState{},
 		maxDownstream: maxDownstream(cfg.GlobalDownstreamMaxConnections)}
+	if cfg.Tracing != nil {
+		st.tracing, st.traceThreshold = true, samplingThreshold(cfg.Tracing.Sampling)
+	}
 	if old == nil || old.maxDownstream != st.maxDownstream {
 		s.logConnectionLimit(cfg, st.maxDownstream)
 	}
@@ -632,6 +648,7 @@ func (s *Server) applyReload(cfg *config.Config) error {
 		}
 		s.access.Swap(al).Close()
 	}
+	s.setTracer(old.cfg, st.cfg)
 	s.state.Store(st)
 	s.startClusterLoops(st, old)
 	s.log.Info("config reloaded", "clusters", len(cfg.Clusters), "listeners", len(cfg.Listeners))
@@ -800,6 +817,27 @@ func (s *Server) Shutdown() {
 		w.close()
 	}
 	s.access.Load().Close()
+	if t := s.tracer.Swap(nil); t != nil {
+		t.Close()
+	}
+}
+
+// setTracer starts the span exporter of cfg, replacing old's when the
+// collector or the resource changed (the old one uploads what it holds
+// in the background), and stops it when tracing was turned off.
+func (s *Server) setTracer(old, cfg *config.Config) {
+	if old != nil && old.Tracing != nil && cfg.Tracing != nil && old.Tracing.Endpoint == cfg.Tracing.Endpoint &&
+		reflect.DeepEqual(tracingResource(old), tracingResource(cfg)) {
+		return
+	}
+	var next *spans.Exporter
+	if cfg.Tracing != nil {
+		next = spans.New(spans.Options{Endpoint: cfg.Tracing.Endpoint, Resource: tracingResource(cfg), Logger: s.log,
+			Interval: s.opts.TraceFlushInterval})
+	}
+	if prev := s.tracer.Swap(next); prev != nil {
+		go prev.Close()
+	}
 }
 
 // Done is closed when the server has stopped (after Shutdown or

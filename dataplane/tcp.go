@@ -27,8 +27,9 @@ import (
 func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInfo, pre *bufio.Reader) {
 	defer c.Close()
 	e := accesslog.Entry{StartTime: info.start, UpstreamServiceTime: -1}
-	var details, failure, clusterName, upstreamPeer string
+	var details, failure, clusterName, upstreamPeer, hostZone string
 	var rx, tx uint64
+	var cl *cluster
 	upMTLS := false
 	defer func() {
 		e.Duration = time.Since(info.start)
@@ -38,6 +39,9 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		k := stats.RequestKey{Service: serviceName("", info.dst), Cluster: clusterName, Protocol: "tcp", Flags: e.Flags}
 		w.principals(&k, ls, info, upMTLS, upstreamPeer)
 		w.requestStats(nil, &k).Observe(e.Duration)
+		if hostZone != "" {
+			w.countZone(st, cl, hostZone, rx, tx, info, true)
+		}
 	}()
 	if ls.authz != nil && ls.authz.network != nil {
 		var ok bool
@@ -51,7 +55,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		details = "filter_chain_not_found"
 		return
 	}
-	cl := r.cluster
+	cl = r.cluster
 	clusterName = cl.name
 	cs := cl.stats[w.id]
 	var up net.Conn
@@ -77,7 +81,7 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		}
 		if err == nil {
 			w.report(event{kind: evLocalOrigin, cluster: cl, addr: h.Address, local: lb.LocalOriginConnectSuccessFinal})
-			up = conn
+			up, hostZone = conn, h.Locality.Zone
 			if tc, ok := conn.(*tls.Conn); ok {
 				upMTLS = true
 				if id, err := mtls.PeerID(tc.ConnectionState()); err == nil {

@@ -35,6 +35,8 @@ type worker struct {
 	transports map[transportKey]http.RoundTripper
 	tlsConfigs map[[2]string]*tls.Config // by peer identity and ALPN
 	requests   map[stats.RequestKey]*stats.Request
+	// zones are the outbound zone-pair counters (countZone).
+	zones map[zoneKey]*zoneCounters
 
 	// events queues this worker's request results for the main loop.
 	events chan event
@@ -65,7 +67,8 @@ type worker struct {
 
 func newWorker(s *Server, id int) *worker {
 	w := &worker{s: s, id: id, rnd: newRandom(),
-		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[stats.RequestKey]*stats.Request{}}
+		transports: map[transportKey]http.RoundTripper{}, tlsConfigs: map[[2]string]*tls.Config{}, requests: map[stats.RequestKey]*stats.Request{},
+		zones: map[zoneKey]*zoneCounters{}}
 	w.events = make(chan event, workerEventQueue)
 	w.bufs = newBufferPool()
 	w.pipes = newPipePool(pipePoolSize)
@@ -247,6 +250,9 @@ type workerCluster struct {
 	// (requestStats).
 	reqKey   stats.RequestKey
 	reqStats *stats.Request
+	// zoneKey and zoneStats: the last zone pair counted (countZone).
+	zoneKey   zoneKey
+	zoneStats *zoneCounters
 }
 
 // pick chooses an upstream host of c for this worker (nil when none) and

@@ -1,12 +1,17 @@
 package dataplane
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/lb/sim"
 )
@@ -70,4 +75,70 @@ func TestZoneDistributionMatchesSimulation(t *testing.T) {
 		t.Error("lb_zone_routing_sampled did not move")
 	}
 	_ = config.Outbound
+}
+
+// The zone-pair counters: every outbound request and TCP connection is
+// counted by the sidecar's zone and the endpoint's, with the bytes each
+// way, and they agree with what the upstreams answered.
+func TestZoneTrafficCounters(t *testing.T) {
+	a := upstream(t, "127.0.0.2", named("zone-a-host"))
+	b := upstream(t, "127.0.0.3", named("zone-b-host-longer"))
+	echo := tcpEcho(t, "127.0.0.4")
+	cfg := testConfig(noRetry, testCluster("echo", endpoint(a, "a"), endpoint(b, "b")), testCluster("echo-tcp", endpoint(echo, "c")))
+	cfg.Listeners = append(cfg.Listeners, config.Listener{Name: "outbound-tcp", Address: "127.0.0.5:0", Direction: config.Outbound,
+		OriginalDestination: "10.96.0.11:7000", Protocol: config.ProtocolTCP, Routes: []config.Route{{Name: "echo-tcp", Cluster: "echo-tcp"}}})
+	s, _ := startServer(t, cfg)
+	proxyURLs.Store(s, "http://"+s.ListenerAddrs()["127.0.0.1:0"])
+
+	const body = "0123456789" // 10 bytes up
+	answered := map[string]int{}
+	recv := map[string]int{}
+	client := &http.Client{}
+	for range 30 {
+		req, _ := http.NewRequest(http.MethodPost, proxyURL(s)+"/", strings.NewReader(body))
+		req.Host = "echo"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		zone := map[string]string{"zone-a-host": "a", "zone-b-host-longer": "b"}[string(got)]
+		answered[zone]++
+		recv[zone] += len(got)
+	}
+	c, err := net.Dial("tcp", s.ListenerAddrs()["127.0.0.5:0"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(c, "hello\n") // 6 up, "echo: hello\n" 12 down
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "echo: hello\n" {
+		t.Fatalf("TCP: %q %v", line, err)
+	}
+	c.Close()
+
+	want := []string{
+		fmt.Sprintf(`meshlet_zone_requests_total{destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, answered["a"]),
+		fmt.Sprintf(`meshlet_zone_requests_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]),
+		fmt.Sprintf(`meshlet_zone_sent_bytes_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]*len(body)),
+		fmt.Sprintf(`meshlet_zone_received_bytes_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, recv["b"]),
+		fmt.Sprintf(`meshlet_zone_received_bytes_total{destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, recv["a"]),
+		`meshlet_zone_connections_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 1`,
+		`meshlet_zone_sent_bytes_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 6`,
+		`meshlet_zone_received_bytes_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 12`,
+	}
+	if answered["a"] == 0 || answered["b"] == 0 {
+		t.Fatalf("round robin over zones a and b answered %v", answered)
+	}
+	var m string
+	testtool.WaitFor(t, "the zone counters to count the TCP connection", func() bool {
+		m = metricsText(t, s)
+		return strings.Contains(m, want[len(want)-1])
+	})
+	for _, w := range want {
+		if !strings.Contains(m, w) {
+			t.Errorf("missing %s in:\n%s", w, grepLines(m, "meshlet_zone"))
+		}
+	}
 }

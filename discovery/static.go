@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ const (
 
 // staticKeys are the top-level keys of the static config file.
 var staticKeys = []string{"node", "local_cluster", "admin", "health", "prometheus",
-	"access_log", "drain_timeout", "global_downstream_max_connections", "listeners", "clusters"}
+	"access_log", "tracing", "drain_timeout", "global_downstream_max_connections", "listeners", "clusters"}
 
 // LoadStaticFile reads and parses the static config file at name (see
 // ParseStatic); errors start with the file name.
@@ -49,6 +50,9 @@ func LoadStaticFile(name string) (*config.Config, error) {
 //	    (defaults DefaultAdmin, DefaultHealth, DefaultPrometheus)
 //	access_log: {path: "-" (stdout, default), a file or off; format: text (default) or json;
 //	             flush_interval: how often buffered lines are written (default 1s)}
+//	tracing: {endpoint: host:port of an OTLP/gRPC collector (required),
+//	          sampling: percentage 0-100 (default config.DefaultTraceSampling),
+//	          service_name (default: node.cluster)}; absent: no tracing
 //	drain_timeout: Go duration (default config.DefaultDrainTimeout)
 //	global_downstream_max_connections: a whole number > 0 (default: from
 //	    the file descriptor limit, see config.Config)
@@ -126,6 +130,9 @@ func parseStatic(data []byte) (*config.Config, error) {
 		}
 	}
 	if cfg.AccessLog, err = decodeAccessLog(top); err != nil {
+		return nil, err
+	}
+	if cfg.Tracing, err = decodeTracing(top); err != nil {
 		return nil, err
 	}
 	if cfg.DrainTimeout, err = nonNegative(top, "drain_timeout", cfg.DrainTimeout); err != nil {
@@ -225,6 +232,34 @@ func decodeAccessLog(top *object) (config.AccessLog, error) {
 		return al, err
 	}
 	return al, nil
+}
+
+// decodeTracing reads the tracing section (nil when absent).
+func decodeTracing(top *object) (*config.Tracing, error) {
+	if !top.has("tracing") {
+		return nil, nil
+	}
+	o, err := decodeObject("tracing", top.raw("tracing"), "endpoint", "sampling", "service_name")
+	if err != nil {
+		return nil, err
+	}
+	t := &config.Tracing{Sampling: config.DefaultTraceSampling}
+	if err := o.get("endpoint", &t.Endpoint); err != nil {
+		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(t.Endpoint); err != nil || t.Endpoint == "" {
+		return nil, o.p.field("endpoint").errorf("%q: want host:port of an OTLP/gRPC collector", t.Endpoint)
+	}
+	if err := o.get("sampling", &t.Sampling); err != nil {
+		return nil, err
+	}
+	if !(t.Sampling >= 0 && t.Sampling <= 100) {
+		return nil, o.p.field("sampling").errorf("%v: want a percentage from 0 to 100", t.Sampling)
+	}
+	if err := o.get("service_name", &t.ServiceName); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // nonNegative reads an optional duration key of o that must be >= 0.

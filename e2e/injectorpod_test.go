@@ -29,20 +29,20 @@ import (
 // Values set for this machine: the images built from this tree (pulled by
 // digest from the suite's registry), one replica and one sidecar worker. It returns the pod once Ready with
 // the caBundle in and its Service routing.
-func startInjectorPod(t *testing.T, c *Cluster) corev1.Pod {
+func startInjectorPod(t *testing.T, c *Cluster, values ...string) corev1.Pod {
 	t.Helper()
-	return installControlPlane(t, c, 1)[0]
+	return installControlPlane(t, c, 1, values...)[0]
 }
 
 // installControlPlane is `helm install meshlet deploy/helm/meshlet` with
 // the images of this machine and replicas injectors; it waits until that
 // many injector pods are Ready, the caBundle is in and the Service
 // routes, and returns the pods.
-func installControlPlane(t *testing.T, c *Cluster, replicas int) []corev1.Pod {
+func installControlPlane(t *testing.T, c *Cluster, replicas int, values ...string) []corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	c.Helm(t, append([]string{"install", "meshlet", chartPath(t), fmt.Sprintf("--set=injector.replicas=%d", replicas), "--set=mesh.concurrency=1"},
-		imageValues(c.Images.Injector, c.Images.Sidecar)...)...)
+		append(imageValues(c.Images.Injector, c.Images.Sidecar), values...)...)...)
 	// The injector pods Ready (their /ready: CA loaded, webhook serving).
 	var pods []corev1.Pod
 	var inj corev1.Pod

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
@@ -50,7 +51,10 @@ func TestRealNodesMesh(t *testing.T) {
 	ctx := context.Background()
 
 	c.dumpOnFailure(t, "meshlet-system", "shop", "kube-system")
-	inj := startInjectorPod(t, c)
+	// A real Jaeger on the host, where the pods reach it (the nodes'
+	// bridge address); the chart points every sidecar at it.
+	jaeger := testtool.StartJaeger(t, ControlPlaneIP)
+	inj := startInjectorPod(t, c, "--set=mesh.tracing.endpoint="+jaeger.OTLP)
 	vip, app, grace := c.deployShop(t, ctx)
 
 	// Every pod Running and Ready, each with the native sidecar.
@@ -178,6 +182,10 @@ func TestRealNodesMesh(t *testing.T) {
 		t.Errorf("no echo sidecar counted an mTLS request from the client's identity")
 	}
 
+	// Distributed tracing: the client app's request, through both
+	// sidecars, is one trace in Jaeger.
+	checkTracing(t, c, clientPod, vip, jaeger)
+
 	// A real Prometheus scrapes every sidecar.
 	var targets []string
 	for _, p := range pods {
@@ -238,6 +246,8 @@ func TestRealNodesMesh(t *testing.T) {
 	t0 := time.Now()
 	waitAnswers("same-zone answers", t0, 5, func(n string) bool { return n == local })
 	t.Logf("with failover-labels: the client in zone-a is answered by %s only (zone-a) within %.1f s", local, time.Since(t0).Seconds())
+	// Cross-zone accounting: the client sidecar counts by zone pair.
+	checkZoneWindow(t, "same zone", clientPod.Status.PodIP, answers, "zone-a")
 
 	c.Kubectl(t, "", "cordon", "node-a")
 	if err := c.Client.CoreV1().Pods("shop").Delete(ctx, local, metav1.DeleteOptions{}); err != nil {
@@ -247,6 +257,7 @@ func TestRealNodesMesh(t *testing.T) {
 	names := waitAnswers("failover to zones b and c", t1, 5, func(n string) bool { return strings.HasPrefix(n, "echo-") && n != local })
 	_, failed := answers(t1)
 	t.Logf("zone-a's echo pod deleted: answers from other zones within %.1f s (%d requests failed meanwhile): %v", time.Since(t1).Seconds(), failed, names)
+	checkZoneWindow(t, "failed over", clientPod.Status.PodIP, answers, "zone-b", "zone-c")
 
 	c.Kubectl(t, "", "uncordon", "node-a")
 	t2 := time.Now()
@@ -265,6 +276,7 @@ func TestRealNodesMesh(t *testing.T) {
 	})
 	_, failed = answers(t2)
 	t.Logf("node-a uncordoned: its new echo pod %s answers alone again within %.1f s (%d failed)", back, time.Since(t2).Seconds(), failed)
+	checkZoneWindow(t, "back in zone", clientPod.Status.PodIP, answers, "zone-a")
 
 	// STRICT mTLS and a Job. A pod whose sidecar refuses plaintext still
 	// becomes Ready: the kubelet's probes were rewritten to the sidecar's
@@ -525,8 +537,12 @@ func (c *Cluster) deployShop(t *testing.T, ctx context.Context) (vip string, app
 		t.Fatal(err)
 	}
 	createThroughWebhook(t, "pod shop/client", func() error {
-		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeName: "node-a",
+		// Bound by the scheduler (not spec.nodeName), so that the
+		// pod gets its node's topology labels, which its sidecar reads
+		// its zone from; every request it sends is traced.
+		_, err := c.Client.CoreV1().Pods("shop").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"},
+			Annotations: map[string]string{webhook.TraceSamplingAnnotation: "100"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-a"},
 				Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + vip + "/"})}}}, metav1.CreateOptions{})
 		return err
 	})

@@ -111,6 +111,9 @@ bash bpf/regen.sh
 # The e2e tools' modules download meanwhile (network, little CPU;
 # e2e/tools.sh's build waits for them under the same lock).
 bash e2e/tools.sh fetch >/dev/null 2>&1 &
+# So do the modules of Jaeger, which the tracing tests build on first use
+# (internal/testtool/jaeger).
+(cd internal/testtool/jaeger && GOFLAGS=-mod=readonly go list -deps github.com/jaegertracing/jaeger/cmd/jaeger >/dev/null 2>&1) &
 
 step "gofmt"
 make --no-print-directory fmt

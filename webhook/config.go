@@ -9,6 +9,8 @@ package webhook
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +52,19 @@ const (
 	ConcurrencyAnnotation = "meshlet.io/concurrency"
 	// RewriteProbesAnnotation "false" keeps the app's probes as they are.
 	RewriteProbesAnnotation = "meshlet.io/rewrite-app-probes"
+	// TraceSamplingAnnotation sets the percentage of the pod's requests
+	// without a caller's decision that are traced, 0 to 100 (Istio's
+	// proxy.istio.io/config tracing.sampling); the mesh-wide default is
+	// Config.TraceSampling.
+	TraceSamplingAnnotation = "meshlet.io/trace-sampling"
+)
+
+// ZoneLabel and RegionLabel are the well-known topology labels, which
+// Kubernetes 1.35 and later copy from the node onto a pod as it is bound
+// (PodTopologyLabelsAdmission); the sidecar reads its locality from them.
+const (
+	ZoneLabel   = "topology.kubernetes.io/zone"
+	RegionLabel = "topology.kubernetes.io/region"
 )
 
 // Names of what the injector adds.
@@ -108,6 +123,11 @@ type Config struct {
 	// to the sidecar, whose default is PERMISSIVE. The mesh-wide default an
 	// operator sets (injector serve -mtls-mode, the chart's mesh.mtlsMode).
 	MTLSMode string
+	// TracingEndpoint is the OTLP/gRPC collector (host:port) sidecars send
+	// spans to; empty: no tracing. TraceSampling is the mesh-wide
+	// sampling percentage (Istio's default 1).
+	TracingEndpoint string
+	TraceSampling   float64
 }
 
 // DefaultConfig returns the injector defaults.
@@ -115,7 +135,7 @@ func DefaultConfig() Config {
 	return Config{
 		Image: DefaultImage, ImagePullPolicy: corev1.PullIfNotPresent, ProxyUID: DefaultProxyUID,
 		RootCAConfigMap: DefaultRootCACM, ControlPlane: "meshlet-injector.meshlet-system.svc:15012", TrustDomain: "cluster.local",
-		DrainSeconds: 5, Concurrency: DefaultConcurrency,
+		DrainSeconds: 5, Concurrency: DefaultConcurrency, TraceSampling: 1,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
@@ -138,6 +158,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("webhook: config trust_domain: empty")
 	case c.MTLSMode != "" && c.MTLSMode != "STRICT" && c.MTLSMode != "PERMISSIVE":
 		return fmt.Errorf("webhook: config mtls_mode: %q (want STRICT or PERMISSIVE)", c.MTLSMode)
+	case !(c.TraceSampling >= 0 && c.TraceSampling <= 100):
+		return fmt.Errorf("webhook: config trace_sampling: %v (want a percentage from 0 to 100)", c.TraceSampling)
+	case c.TracingEndpoint != "" && !validHostPort(c.TracingEndpoint):
+		return fmt.Errorf("webhook: config tracing_endpoint: %q (want host:port of an OTLP/gRPC collector)", c.TracingEndpoint)
 	}
 	return nil
+}
+
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && p > 0
 }

@@ -186,6 +186,20 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 	if mtlsMode != "" {
 		env = append(env, corev1.EnvVar{Name: "MESHLET_MTLS_MODE", Value: mtlsMode})
 	}
+	env = append(env, fieldEnv("MESHLET_ZONE", "metadata.labels['"+ZoneLabel+"']"), fieldEnv("MESHLET_REGION", "metadata.labels['"+RegionLabel+"']"))
+	if cfg.TracingEndpoint != "" {
+		sampling := strconv.FormatFloat(cfg.TraceSampling, 'f', -1, 64)
+		if v, ok := pod.Annotations[TraceSamplingAnnotation]; ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || !(f >= 0 && f <= 100) {
+				return corev1.Container{}, fmt.Errorf("webhook: annotation %s: %q (want a percentage from 0 to 100)", TraceSamplingAnnotation, v)
+			}
+			sampling = strconv.FormatFloat(f, 'f', -1, 64)
+		}
+		env = append(env, corev1.EnvVar{Name: "MESHLET_TRACING_ENDPOINT", Value: cfg.TracingEndpoint},
+			corev1.EnvVar{Name: "MESHLET_TRACE_SAMPLING", Value: sampling},
+			corev1.EnvVar{Name: "MESHLET_TRACE_SERVICE", Value: canonicalService(pod)})
+	}
 	root := int64(0)
 	c := corev1.Container{
 		Name: ProxyContainer, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
@@ -388,4 +402,24 @@ func resolvePort(c *corev1.Container, p intstr.IntOrString) (int32, error) {
 		return 0, fmt.Errorf("named port %q not declared by the container", p.StrVal)
 	}
 	return c.Ports[i].ContainerPort, nil
+}
+
+// canonicalService is the pod's service as Istio names it for telemetry
+// (service.istio.io/canonical-name, else app.kubernetes.io/name, else
+// app, else the pod's name without its generated suffix); the sidecar
+// adds its namespace for the spans' service.name.
+func canonicalService(pod *corev1.Pod) string {
+	name := ""
+	for _, l := range []string{"service.istio.io/canonical-name", "app.kubernetes.io/name", "app"} {
+		if name = pod.Labels[l]; name != "" {
+			break
+		}
+	}
+	if name == "" {
+		name = strings.TrimSuffix(pod.GenerateName, "-")
+	}
+	if name == "" {
+		name = pod.Name
+	}
+	return name
 }

@@ -154,6 +154,8 @@ func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 	fs.StringVar(&opts.GRPCAddr, "grpc-addr", opts.GRPCAddr, "listen `ADDR` of SDS and xDS (gRPC over TLS, one port).")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "listen `ADDR` of the Prometheus metrics (/metrics).")
 	fs.StringVar(&opts.Sidecar.MTLSMode, "mtls-mode", opts.Sidecar.MTLSMode, "the inbound mTLS `MODE` of injected sidecars (their MESHLET_MTLS_MODE, and the mode of workloads no PeerAuthentication sets): STRICT or PERMISSIVE. A PeerAuthentication, then a pod's meshlet.io/mtls-mode annotation, overrides it. Empty: PERMISSIVE.")
+	fs.StringVar(&opts.Sidecar.TracingEndpoint, "tracing-endpoint", opts.Sidecar.TracingEndpoint, "the OTLP/gRPC collector `HOST:PORT` injected sidecars send spans to (their MESHLET_TRACING_ENDPOINT), in plaintext. Empty: no tracing (trace headers pass through untouched).")
+	fs.Float64Var(&opts.Sidecar.TraceSampling, "trace-sampling", opts.Sidecar.TraceSampling, "the `PERCENT` (0-100) of requests without a caller's sampling decision that injected sidecars trace; a pod's meshlet.io/trace-sampling annotation overrides it. Istio's default, 1.")
 	fs.StringVar(&opts.RootNamespace, "root-namespace", opts.RootNamespace, "the `NAMESPACE` whose PeerAuthentications and AuthorizationPolicies without a selector apply to the whole mesh, as Istio's root namespace. Empty: istio-system.")
 	// The injected container's resources, one flag per quantity as the
 	// pod annotations that override them (meshlet.io/proxy-cpu, ...).
@@ -235,6 +237,14 @@ func serve(opts injector.Options, kubeconfig, controlPlane, extraHosts string) e
 	opts.Sidecar.MTLSMode = strings.ToUpper(strings.TrimSpace(opts.Sidecar.MTLSMode))
 	if m := opts.Sidecar.MTLSMode; m != "" && m != "STRICT" && m != "PERMISSIVE" {
 		return cmdline.Usagef("-mtls-mode %q: want STRICT or PERMISSIVE", m)
+	}
+	if s := opts.Sidecar.TraceSampling; !(s >= 0 && s <= 100) {
+		return cmdline.Usagef("-trace-sampling %v: want a percentage from 0 to 100", s)
+	}
+	if ep := opts.Sidecar.TracingEndpoint; ep != "" {
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			return cmdline.Usagef("-tracing-endpoint %q: want HOST:PORT of an OTLP/gRPC collector", ep)
+		}
 	}
 	if opts.ShutdownDelay < 0 {
 		return cmdline.Usagef("-shutdown-delay %v: want 0 or more", opts.ShutdownDelay)

@@ -131,10 +131,11 @@ func (a *Logger) Flush(spare *[]byte) {
 // Extra are the fields meshlet logs after Envoy's default format:
 // %RESPONSE_CODE_DETAILS% "%UPSTREAM_TRANSPORT_FAILURE_REASON%"
 // %UPSTREAM_CLUSTER% %DOWNSTREAM_PEER_URI_SAN% %UPSTREAM_PEER_URI_SAN%
-// (Istio's default format has the first three).
+// %TRACE_ID% (Istio's default format has the first three).
 type Extra struct {
 	Details, Failure, Cluster    string
 	DownstreamPeer, UpstreamPeer string // SPIFFE IDs of mutual-TLS peers
+	TraceID                      string // %TRACE_ID% ("": no tracing)
 }
 
 // Write renders e into worker's buffer.
@@ -165,6 +166,8 @@ func (a *Logger) Write(worker int, e *accesslog.Entry, x Extra) {
 		line = appendDash(line, x.DownstreamPeer)
 		line = append(line, ' ')
 		line = appendDash(line, x.UpstreamPeer)
+		line = append(line, ' ')
+		line = appendDash(line, x.TraceID)
 		line = append(line, '\n')
 	}
 	sh.buf = line
@@ -201,6 +204,7 @@ func renderJSON(e *accesslog.Entry, x Extra) []byte {
 		"bytes_received": e.BytesReceived, "bytes_sent": e.BytesSent, "duration": e.Duration.Milliseconds(),
 		"x_forwarded_for": dash(e.ForwardedFor), "user_agent": dash(e.UserAgent), "request_id": dash(e.RequestID),
 		"authority": dash(e.Authority), "upstream_host": dash(e.UpstreamHost), "upstream_cluster": dash(x.Cluster),
+		"trace_id": dash(x.TraceID),
 	}
 	b, _ := json.Marshal(m)
 	return append(b, '\n')

@@ -10,7 +10,7 @@
 // sidecar), with the given headers, and answers their results as JSON, for tests that need many
 // requests at once (a traffic split) or headers of their own (a route's
 // match). Built statically and packed into docker.io/local/echo:v1 by the
-// real-nodes tests.
+// real-nodes tests. /headers answers the request's headers as JSON.
 package main
 
 import (
@@ -132,6 +132,12 @@ func main() {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"results": out})
+	})
+	// /headers: the request's headers as JSON (what the sidecar
+	// forwarded: the trace context, say).
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"pod": os.Getenv("POD_NAME"), "headers": r.Header})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "pod=%s zone=%s from=%s sidecar_ready_at_start=%v\n", os.Getenv("POD_NAME"), os.Getenv("ZONE"), r.RemoteAddr, sidecarReady)

@@ -28,6 +28,13 @@ const (
 // connections for those ports, and a last one for every other port, to
 // the app at the port dialled. MESHLET_MTLS_MODE (STRICT or PERMISSIVE,
 // the default) is the inbound mTLS mode once the sidecar has an identity.
+// MESHLET_ZONE and MESHLET_REGION are the node's topology labels (the
+// injector maps them from the pod's own, which Kubernetes 1.35 and later
+// copy from the node at binding): the sidecar's locality, for zone
+// accounting and spans. MESHLET_TRACING_ENDPOINT (host:port of an
+// OTLP/gRPC collector) turns tracing on, with MESHLET_TRACE_SAMPLING
+// percent sampled (default config.DefaultTraceSampling) and
+// MESHLET_TRACE_SERVICE.POD_NAMESPACE as the spans' service.name.
 func podConfig(getenv func(string) string) (*config.Config, error) {
 	cfg := &config.Config{
 		Node:         config.Node{ID: strings.Trim(getenv("POD_NAME")+"."+getenv("POD_NAMESPACE"), "."), Cluster: getenv("SERVICE_ACCOUNT")},
@@ -44,6 +51,21 @@ func podConfig(getenv func(string) string) (*config.Config, error) {
 				Protocol: config.ProtocolAuto, DetectionTimeout: config.DefaultDetectionTimeout, TCPIdleTimeout: config.DefaultTCPIdleTimeout, StreamIdleTimeout: config.DefaultStreamIdleTimeout,
 				RequestHeadersTimeout: config.DefaultRequestHeadersTimeout},
 		},
+	}
+	cfg.Node.Locality = lb.Locality{Region: getenv("MESHLET_REGION"), Zone: getenv("MESHLET_ZONE")}
+	if ep := getenv("MESHLET_TRACING_ENDPOINT"); ep != "" {
+		t := &config.Tracing{Endpoint: ep, Sampling: config.DefaultTraceSampling, ServiceName: getenv("MESHLET_TRACE_SERVICE")}
+		if ns := getenv("POD_NAMESPACE"); t.ServiceName != "" && ns != "" {
+			t.ServiceName += "." + ns
+		}
+		if v := getenv("MESHLET_TRACE_SAMPLING"); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f >= 0 && f <= 100) {
+				return nil, fmt.Errorf("run -pod: MESHLET_TRACE_SAMPLING: %q (want a percentage from 0 to 100)", v)
+			}
+			t.Sampling = f
+		}
+		cfg.Tracing = t
 	}
 	if hasIPv6Loopback() {
 		// connect6 sends the app's IPv6 connects here (the same routes as
