@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,8 +35,10 @@ var jaegerBuild sync.Mutex
 // downloads about 800 modules and takes 3-4 minutes on 2 cores.
 func Jaeger(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	mod := filepath.Join(filepath.Dir(file), "jaeger")
+	mod, err := jaegerModule()
+	if err != nil {
+		t.Fatalf("jaeger tool module: %v", err)
+	}
 	sum, err := os.ReadFile(filepath.Join(mod, "go.sum"))
 	if err != nil {
 		t.Fatalf("jaeger tool module: %v", err)
@@ -66,6 +67,25 @@ func Jaeger(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// jaegerModule finds internal/testtool/jaeger under meshlet's module root,
+// walking up from the working directory (go test runs in the package's
+// directory): under -trimpath, runtime.Caller names no file on disk.
+func jaegerModule() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(gomod), "module github.com/meshlet-dev/meshlet\n") {
+			return filepath.Join(dir, "internal", "testtool", "jaeger"), nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no go.mod of github.com/meshlet-dev/meshlet above %s", wd)
+		}
+	}
 }
 
 // JaegerServer is a running Jaeger: OTLP/gRPC on OTLP, the query API at
