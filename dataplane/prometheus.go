@@ -95,14 +95,14 @@ var tracingSpansDesc = prometheus.NewDesc("meshlet_tracing_spans_total",
 	[]string{"result"}, nil)
 
 func (c *collector) collectTracing(ch chan<- prometheus.Metric) {
-	t := c.s.tracer.Load()
-	if t == nil {
+	if c.s.tracer.Load() == nil && c.s.spanCounts.Exported.Load()+c.s.spanCounts.Dropped.Load()+c.s.spanCounts.Failed.Load() == 0 {
 		return
 	}
+	n := &c.s.spanCounts
 	for _, r := range []struct {
 		result string
 		n      uint64
-	}{{"exported", t.Exported()}, {"dropped", t.Dropped()}, {"failed", t.Failed()}} {
+	}{{"exported", n.Exported.Load()}, {"dropped", n.Dropped.Load()}, {"failed", n.Failed.Load()}} {
 		ch <- prometheus.MustNewConstMetric(tracingSpansDesc, prometheus.CounterValue, float64(r.n), r.result)
 	}
 }

@@ -113,6 +113,8 @@ type Server struct {
 	// tracer exports spans (nil: tracing off); replaced when a reload
 	// changes the collector or the resource.
 	tracer atomic.Pointer[spans.Exporter]
+	// spanCounts outlive the exporters a reload replaces.
+	spanCounts spans.Counters
 
 	listenMu  sync.Mutex
 	listeners map[string][]*net.TCPListener // address -> one per worker
@@ -297,8 +299,15 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.access.Store(al)
 	s.setTracer(nil, st.cfg)
+	// A failed start leaves no exporter dialling a collector behind.
+	stopTracer := func() {
+		if t := s.tracer.Swap(nil); t != nil {
+			t.Close()
+		}
+	}
 	if err := s.openListeners(st); err != nil {
 		s.closeAllListeners()
+		stopTracer()
 		return err
 	}
 	go s.mainLoop()
@@ -309,6 +318,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.startAdmin(st.cfg); err != nil {
 		s.cancel()
 		s.closeAllListeners()
+		stopTracer()
 		return err
 	}
 	return nil
@@ -833,7 +843,7 @@ func (s *Server) setTracer(old, cfg *config.Config) {
 	var next *spans.Exporter
 	if cfg.Tracing != nil {
 		next = spans.New(spans.Options{Endpoint: cfg.Tracing.Endpoint, Resource: tracingResource(cfg), Logger: s.log,
-			Interval: s.opts.TraceFlushInterval})
+			Interval: s.opts.TraceFlushInterval, Counters: &s.spanCounts})
 	}
 	if prev := s.tracer.Swap(next); prev != nil {
 		go prev.Close()

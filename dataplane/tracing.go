@@ -85,8 +85,10 @@ func (w *worker) startTrace(st *state, req *http.Request, ts *traceState) {
 		h[key] = ts.vals[i][:]
 	}
 	set(0, tracectx.HeaderTraceparent, tracectx.AppendTraceparent(ts.tp[:0], ts.traceID, ts.spanID, ts.sampled))
-	if p.From != tracectx.W3C {
-		delete(h, tracectx.HeaderTracestate) // it belonged to no valid traceparent
+	if p.From != tracectx.W3C || !tracectx.TracestateOK(h[tracectx.HeaderTracestate]) {
+		// It belonged to no valid traceparent, or is over what W3C
+		// asks vendors to carry.
+		delete(h, tracectx.HeaderTracestate)
 	}
 	if p.Carried&tracectx.B3Single != 0 {
 		set(1, tracectx.HeaderB3, tracectx.AppendB3Single(ts.b3[:0], ts.traceID, ts.short, ts.spanID, ts.sampling, ts.parentID))
@@ -151,7 +153,9 @@ func (w *worker) endTrace(st *state, info connInfo, req *http.Request, sw *statu
 	ls := st.listeners[info.listener]
 	r := &spans.Record{TraceID: ts.traceID, SpanID: ts.spanID, ParentID: ts.parentID, Start: start, End: end,
 		Method: req.Method, Path: path, Authority: req.Host, Protocol: req.Proto, UserAgent: h1.Get(req.Header, "User-Agent"),
-		RequestID: h1.Get(req.Header, "X-Request-Id"), Code: sw.code, Flags: ex.flags.Short(), Cluster: ex.clusterName(),
+		// Cloned: a generated id is a view of the request's scratch,
+		// which the connection's next request reuses.
+		RequestID: strings.Clone(h1.Get(req.Header, "X-Request-Id")), Code: sw.code, Flags: ex.flags.Short(), Cluster: ex.clusterName(),
 		BytesReceived: rx, BytesSent: sw.bytes.Load()}
 	own := ""
 	if id := w.s.opts.Identity; id != nil {

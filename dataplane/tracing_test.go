@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -257,6 +260,52 @@ func TestTracingTwoSidecarsIntoJaeger(t *testing.T) {
 		}
 	}
 	t.Logf("%d legitimate requests alongside the hostile ones, all 200", n)
+
+	// 5. Three requests on one keep-alive connection, each without an
+	// x-request-id, through a sidecar to a plain upstream (the HTTP/1.1
+	// pool, where the connection's stream and its scratch are reused from
+	// request to request): every span carries the id generated for its
+	// own request, not a later one written over the scratch.
+	plainApp := upstream(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.mu.Lock()
+		seen.h[r.URL.Path] = r.Header.Clone()
+		seen.mu.Unlock()
+	}))
+	cCfg := testConfig(noRetry, testCluster("echo", endpoint(plainApp, "a")))
+	cCfg.Tracing = &config.Tracing{Endpoint: j.OTLP, Sampling: 100, ServiceName: "plain.prod"}
+	c, cLogs := startTraced(t, cCfg, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(proxyURL(c), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Pipelined, so the three are answered well within one export interval.
+	for i := range 3 {
+		fmt.Fprintf(conn, "GET /keepalive%d HTTP/1.1\r\nHost: echo\r\n\r\n", i)
+	}
+	br := bufio.NewReader(conn)
+	for i := range 3 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d on the kept-alive connection: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	ids := map[string]string{}
+	for i := range 3 {
+		path := fmt.Sprintf("/keepalive%d", i)
+		rid := seen.get(path).Get("X-Request-Id")
+		if ids[rid] != "" || len(rid) != 36 {
+			t.Errorf("%s: request id %q (also %s's)", path, rid, ids[rid])
+		}
+		ids[rid] = path
+		for _, sp := range j.WaitTrace(t, traceIDOf(t, cLogs, path), 1) {
+			if sp.Tag("guid:x-request-id") != rid || sp.Tag("url.path") != path {
+				t.Errorf("%s: the span has request id %q and path %q, the request carried %q", path, sp.Tag("guid:x-request-id"), sp.Tag("url.path"), rid)
+			}
+		}
+	}
 
 	// The exporter's counters: every sampled span went out.
 	a.tracer.Load().Flush()

@@ -119,14 +119,14 @@ func TestZoneTrafficCounters(t *testing.T) {
 	c.Close()
 
 	want := []string{
-		fmt.Sprintf(`meshlet_zone_requests_total{destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, answered["a"]),
-		fmt.Sprintf(`meshlet_zone_requests_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]),
-		fmt.Sprintf(`meshlet_zone_sent_bytes_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]*len(body)),
-		fmt.Sprintf(`meshlet_zone_received_bytes_total{destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, recv["b"]),
-		fmt.Sprintf(`meshlet_zone_received_bytes_total{destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, recv["a"]),
-		`meshlet_zone_connections_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 1`,
-		`meshlet_zone_sent_bytes_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 6`,
-		`meshlet_zone_received_bytes_total{destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 12`,
+		fmt.Sprintf(`meshlet_zone_requests_total{cross_zone="false",destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, answered["a"]),
+		fmt.Sprintf(`meshlet_zone_requests_total{cross_zone="true",destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]),
+		fmt.Sprintf(`meshlet_zone_sent_bytes_total{cross_zone="true",destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, answered["b"]*len(body)),
+		fmt.Sprintf(`meshlet_zone_received_bytes_total{cross_zone="true",destination_zone="b",source_zone="a",upstream_cluster="echo"} %d`, recv["b"]),
+		fmt.Sprintf(`meshlet_zone_received_bytes_total{cross_zone="false",destination_zone="a",source_zone="a",upstream_cluster="echo"} %d`, recv["a"]),
+		`meshlet_zone_connections_total{cross_zone="true",destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 1`,
+		`meshlet_zone_sent_bytes_total{cross_zone="true",destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 6`,
+		`meshlet_zone_received_bytes_total{cross_zone="true",destination_zone="c",source_zone="a",upstream_cluster="echo-tcp"} 12`,
 	}
 	if answered["a"] == 0 || answered["b"] == 0 {
 		t.Fatalf("round robin over zones a and b answered %v", answered)

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,9 @@ func (w *worker) countZone(st *state, c *cluster, dstZone string, rx, tx uint64,
 }
 
 var (
-	zoneLabels      = []string{"source_zone", "destination_zone", "upstream_cluster"}
+	// cross_zone ("true" or "false") repeats what the two zones say, since
+	// PromQL cannot compare two labels: the cross-zone share is a sum by it.
+	zoneLabels      = []string{"source_zone", "destination_zone", "upstream_cluster", "cross_zone"}
 	zoneRequestDesc = prometheus.NewDesc("meshlet_zone_requests_total",
 		"Outbound HTTP requests by the sidecar's zone and the zone of the endpoint that served them.", zoneLabels, nil)
 	zoneConnDesc = prometheus.NewDesc("meshlet_zone_connections_total",
@@ -84,9 +87,10 @@ func (c *collector) collectZones(ch chan<- prometheus.Metric) {
 		w.mu.Unlock()
 	}
 	for k, s := range sums {
-		ch <- prometheus.MustNewConstMetric(zoneRequestDesc, prometheus.CounterValue, float64(s.requests), k.src, k.dst, k.cluster)
-		ch <- prometheus.MustNewConstMetric(zoneConnDesc, prometheus.CounterValue, float64(s.connections), k.src, k.dst, k.cluster)
-		ch <- prometheus.MustNewConstMetric(zoneSentDesc, prometheus.CounterValue, float64(s.sent), k.src, k.dst, k.cluster)
-		ch <- prometheus.MustNewConstMetric(zoneReceivedDesc, prometheus.CounterValue, float64(s.received), k.src, k.dst, k.cluster)
+		cross := strconv.FormatBool(k.src != k.dst)
+		ch <- prometheus.MustNewConstMetric(zoneRequestDesc, prometheus.CounterValue, float64(s.requests), k.src, k.dst, k.cluster, cross)
+		ch <- prometheus.MustNewConstMetric(zoneConnDesc, prometheus.CounterValue, float64(s.connections), k.src, k.dst, k.cluster, cross)
+		ch <- prometheus.MustNewConstMetric(zoneSentDesc, prometheus.CounterValue, float64(s.sent), k.src, k.dst, k.cluster, cross)
+		ch <- prometheus.MustNewConstMetric(zoneReceivedDesc, prometheus.CounterValue, float64(s.received), k.src, k.dst, k.cluster, cross)
 	}
 }

@@ -406,7 +406,7 @@ func resolvePort(c *corev1.Container, p intstr.IntOrString) (int32, error) {
 
 // canonicalService is the pod's service as Istio names it for telemetry
 // (service.istio.io/canonical-name, else app.kubernetes.io/name, else
-// app, else the pod's name without its generated suffix); the sidecar
+// app, else the pod's name without its generated suffixes); the sidecar
 // adds its namespace for the spans' service.name.
 func canonicalService(pod *corev1.Pod) string {
 	name := ""
@@ -416,7 +416,11 @@ func canonicalService(pod *corev1.Pod) string {
 		}
 	}
 	if name == "" {
+		// A Deployment's pods are named <deployment>-<pod-template-hash>-<random>.
 		name = strings.TrimSuffix(pod.GenerateName, "-")
+		if h := pod.Labels["pod-template-hash"]; h != "" {
+			name = strings.TrimSuffix(name, "-"+h)
+		}
 	}
 	if name == "" {
 		name = pod.Name

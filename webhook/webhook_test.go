@@ -394,3 +394,26 @@ func TestAppPortsOnceEach(t *testing.T) {
 		t.Errorf("appPorts = %q, want 8080,9090", got)
 	}
 }
+
+// The spans' service name follows Istio's canonical service: its label,
+// the app labels, else the pod's name without the ReplicaSet's and the
+// pod's generated suffixes.
+func TestCanonicalService(t *testing.T) {
+	for _, tc := range []struct {
+		labels       map[string]string
+		generateName string
+		name, want   string
+	}{
+		{map[string]string{"service.istio.io/canonical-name": "checkout", "app": "web"}, "web-5d9f-", "", "checkout"},
+		{map[string]string{"app.kubernetes.io/name": "cart", "app": "web"}, "", "cart-0", "cart"},
+		{map[string]string{"app": "web"}, "", "", "web"},
+		{map[string]string{"pod-template-hash": "7d4f9c8b6"}, "echo-7d4f9c8b6-", "", "echo"},
+		{nil, "job-", "", "job"},
+		{nil, "", "db-0", "db-0"},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels, GenerateName: tc.generateName, Name: tc.name}}
+		if got := canonicalService(pod); got != tc.want {
+			t.Errorf("canonicalService(labels %v, generateName %q, name %q) = %q, want %q", tc.labels, tc.generateName, tc.name, got, tc.want)
+		}
+	}
+}

@@ -23,6 +23,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshlet-dev/meshlet/dataplane/internal/tracectx"
 )
@@ -76,6 +78,16 @@ type Options struct {
 	Logger               *slog.Logger
 	// Client replaces the OTLP/gRPC client (tests of failures).
 	Client otlptrace.Client
+	// Counters, when set, receive the exporter's counts: an owner that
+	// replaces exporters on reload keeps one set across them.
+	Counters *Counters
+}
+
+// Counters count spans uploaded (Exported), dropped because the queue was
+// full or the exporter closed (Dropped), and lost to a failed upload
+// (Failed).
+type Counters struct {
+	Exported, Dropped, Failed atomic.Uint64
 }
 
 // Exporter batches Records and uploads them.
@@ -88,8 +100,7 @@ type Exporter struct {
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
-
-	exported, dropped, failed atomic.Uint64
+	n        *Counters
 }
 
 // New starts an exporter to o.Endpoint. The gRPC connection is made in
@@ -108,10 +119,18 @@ func New(o Options) *Exporter {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Counters == nil {
+		o.Counters = &Counters{}
+	}
 	e := &Exporter{opts: o, client: o.Client, queue: make(chan *Record, o.QueueSize), flush: make(chan chan struct{}),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), n: o.Counters}
 	if e.client == nil {
+		// Every setting explicit: the OTEL_EXPORTER_OTLP_* environment an
+		// app's container may carry must not turn on TLS, add headers or
+		// compression, or point elsewhere.
 		e.client = otlptracegrpc.NewClient(otlptracegrpc.WithEndpoint(o.Endpoint), otlptracegrpc.WithInsecure(),
+			otlptracegrpc.WithDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			otlptracegrpc.WithHeaders(map[string]string{}), otlptracegrpc.WithCompressor("none"),
 			otlptracegrpc.WithTimeout(exportTimeout))
 	}
 	res := &resourcepb.Resource{}
@@ -127,10 +146,16 @@ func New(o Options) *Exporter {
 // counted) or the exporter is closed.
 func (e *Exporter) Enqueue(r *Record) bool {
 	select {
+	case <-e.stop:
+		e.n.Dropped.Add(1)
+		return false
+	default:
+	}
+	select {
 	case e.queue <- r:
 		return true
 	default:
-		e.dropped.Add(1)
+		e.n.Dropped.Add(1)
 		return false
 	}
 }
@@ -153,15 +178,14 @@ func (e *Exporter) Close() {
 	<-e.done
 }
 
-// Exported, Dropped and Failed count spans uploaded, dropped because the
-// queue was full, and lost to a failed upload.
-func (e *Exporter) Exported() uint64 { return e.exported.Load() }
+// Exported, Dropped and Failed read the exporter's Counters.
+func (e *Exporter) Exported() uint64 { return e.n.Exported.Load() }
 
 // Dropped: see Exported.
-func (e *Exporter) Dropped() uint64 { return e.dropped.Load() }
+func (e *Exporter) Dropped() uint64 { return e.n.Dropped.Load() }
 
 // Failed: see Exported.
-func (e *Exporter) Failed() uint64 { return e.failed.Load() }
+func (e *Exporter) Failed() uint64 { return e.n.Failed.Load() }
 
 func (e *Exporter) run() {
 	defer close(e.done)
@@ -187,10 +211,10 @@ func (e *Exporter) run() {
 		}
 		err := e.client.UploadTraces(ctx, []*tracepb.ResourceSpans{e.build(batch)})
 		if err != nil {
-			e.failed.Add(uint64(len(batch)))
+			e.n.Failed.Add(uint64(len(batch)))
 			e.opts.Logger.Warn("tracing: span upload failed", "endpoint", e.opts.Endpoint, "spans", len(batch), "err", err)
 		} else {
-			e.exported.Add(uint64(len(batch)))
+			e.n.Exported.Add(uint64(len(batch)))
 		}
 		clear(batch)
 		batch = batch[:0]

@@ -1,11 +1,15 @@
 package spans
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
 
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/meshlet-dev/meshlet/internal/testtool"
 )
@@ -87,5 +91,71 @@ func TestSpanAttributes(t *testing.T) {
 	r.Server, r.Code = true, 404
 	if s := span(r); s.Status != nil {
 		t.Errorf("a server span's 404 is no error (OpenTelemetry's HTTP conventions): %v", s.Status)
+	}
+}
+
+// A span handed over after Close is refused and counted as dropped, not
+// left in a queue nobody reads.
+func TestEnqueueAfterClose(t *testing.T) {
+	n := &Counters{}
+	e := New(Options{Endpoint: "127.0.0.1:1", Interval: time.Hour, Counters: n})
+	e.Close()
+	if e.Enqueue(&Record{Method: "GET"}) {
+		t.Fatal("a closed exporter took a span")
+	}
+	if n.Dropped.Load() != 1 {
+		t.Errorf("dropped %d, want 1", n.Dropped.Load())
+	}
+}
+
+// collector is a real OTLP/gRPC trace service on loopback that records
+// what each export carried.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	got chan metadata.MD
+}
+
+func (c *collector) Export(ctx context.Context, _ *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	c.got <- md
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// The app container's OTEL_EXPORTER_OTLP_* variables (the sidecar's
+// environment may carry them) change nothing: not the collector, not
+// TLS, not the headers a span upload sends (the gRPC server hides
+// grpc-encoding, so compression is set but not checked here).
+func TestOTLPEnvironmentIgnored(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	c := &collector{got: make(chan metadata.MD, 4)}
+	coltracepb.RegisterTraceServiceServer(srv, c)
+	go srv.Serve(l)
+	defer srv.Stop()
+	for k, v := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "https://192.0.2.1:4317",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://192.0.2.1:4317",
+		"OTEL_EXPORTER_OTLP_INSECURE":        "false",
+		"OTEL_EXPORTER_OTLP_CERTIFICATE":     "/nonexistent/ca.pem",
+		"OTEL_EXPORTER_OTLP_HEADERS":         "authorization=app-secret",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS":  "authorization=app-secret",
+		"OTEL_EXPORTER_OTLP_COMPRESSION":     "gzip",
+	} {
+		t.Setenv(k, v)
+	}
+	n := &Counters{}
+	e := New(Options{Endpoint: l.Addr().String(), Interval: time.Hour, Counters: n})
+	defer e.Close()
+	e.Enqueue(&Record{Method: "GET", Start: time.Unix(1, 0), End: time.Unix(2, 0)})
+	e.Flush()
+	if n.Exported.Load() != 1 {
+		t.Fatalf("exported %d, failed %d: the upload did not reach the configured plaintext collector", n.Exported.Load(), n.Failed.Load())
+	}
+	md := <-c.got
+	if v := md.Get("authorization"); len(v) != 0 {
+		t.Errorf("the upload carried the environment's header: %v", v)
 	}
 }

@@ -219,7 +219,7 @@ func parseB3Multi(h http.Header, p *Parent) bool {
 		return false
 	}
 	switch fl {
-	case "":
+	case "", "0": // 0: not debug (Envoy reads the flags as a number)
 	case "1":
 		sampling = Debug
 	default:
@@ -242,6 +242,24 @@ func parseB3Multi(h http.Header, p *Parent) bool {
 	}
 	p.TraceID, p.SpanID, p.Sampling, p.Short = t, s, sampling, short
 	return true
+}
+
+// TracestateOK reports whether tracestate header values are within what
+// the W3C recommendation has vendors propagate: 32 list members and 512
+// characters in all. A longer one is discarded, as it allows, rather
+// than forwarded whatever its size.
+func TracestateOK(vals []string) bool {
+	n, members := 0, 0
+	for _, v := range vals {
+		n += len(v)
+		members++
+		for i := 0; i < len(v); i++ {
+			if v[i] == ',' {
+				members++
+			}
+		}
+	}
+	return n <= 512 && members <= 32
 }
 
 func b3Sampling(s string) (Sampling, bool) {

@@ -55,6 +55,7 @@ func TestExtract(t *testing.T) {
 		{"b3 48-bit trace", hdr("b3", "a3ce929d0e0e-"+sid+"-1"), false, 0, Deferred, "", false},
 		{"b3 multi", hdr("X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-Sampled", "1"), true, B3Multi, Sampled, tid, false},
 		{"b3 multi true", hdr("X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-Sampled", "true"), true, B3Multi, Sampled, tid, false},
+		{"b3 multi flags 0", hdr("X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-Sampled", "1", "X-B3-Flags", "0"), true, B3Multi, Sampled, tid, false},
 		{"b3 multi flags debug", hdr("X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-Flags", "1"), true, B3Multi, Debug, tid, false},
 		{"b3 multi sampled only", hdr("X-B3-Sampled", "0"), true, B3Multi, NotSampled, "", false},
 		{"b3 multi trace without span", hdr("X-B3-TraceId", tid, "X-B3-Sampled", "1"), false, 0, Deferred, "", false},
@@ -79,6 +80,15 @@ func TestExtract(t *testing.T) {
 				t.Fatalf("Carried empty for %v", tc.h)
 			}
 		})
+	}
+}
+
+func TestTracestateOK(t *testing.T) {
+	if !TracestateOK(nil) || !TracestateOK([]string{"a=1,b=2", "c=3"}) {
+		t.Error("small tracestate refused")
+	}
+	if TracestateOK([]string{strings.Repeat("a", 513)}) || TracestateOK([]string{strings.Repeat("k=v,", 32) + "z=1"}) {
+		t.Error("tracestate over 512 characters or 32 members accepted")
 	}
 }
 

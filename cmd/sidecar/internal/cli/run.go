@@ -168,6 +168,10 @@ func (o *runOptions) run(out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.pod && cfg.Node.Locality.Zone == "" {
+		// Zone-aware routing and the meshlet_zone_* counters need it.
+		log.Warn("the pod has no zone: its node carries no topology.kubernetes.io/zone label, or the API server copies no topology labels to pods (PodTopologyLabelsAdmission, Kubernetes 1.35 and later); zone-aware routing treats this sidecar as zoneless")
+	}
 	probers, err := dataplane.ParseAppProbers(os.Getenv("MESHLET_APP_PROBERS"))
 	if err != nil {
 		return fmt.Errorf("run: MESHLET_APP_PROBERS: %w", err)
