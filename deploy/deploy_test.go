@@ -51,6 +51,7 @@ func decodeManifest(t *testing.T, data []byte) []any {
 		"Role": func() any { return &rbacv1.Role{} }, "RoleBinding": func() any { return &rbacv1.RoleBinding{} },
 		"MutatingWebhookConfiguration": func() any { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
 		"ServiceMonitor":               func() any { return &monitor{} }, "PodMonitor": func() any { return &monitor{} },
+		"ConfigMap": func() any { return &corev1.ConfigMap{} },
 	}
 	var objs []any
 	for i, doc := range bytes.Split(data, []byte("\n---\n")) {

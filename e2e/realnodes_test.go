@@ -191,7 +191,7 @@ func TestRealNodesMesh(t *testing.T) {
 	for _, p := range pods {
 		targets = append(targets, p.Status.PodIP+":15090")
 	}
-	q := scrapeWithPrometheus(t, targets, `sum(istio_requests_total{connection_security_policy="mutual_tls",reporter="destination"})`)
+	q, prom := scrapeWithPrometheus(t, targets, []string{inj.Status.PodIP + ":15014"}, `sum(istio_requests_total{connection_security_policy="mutual_tls",reporter="destination"})`)
 	t.Logf("Prometheus: %s", q)
 
 	// Locality failover, the story of docs/design.md, on real nodes. With
@@ -341,6 +341,10 @@ func TestRealNodesMesh(t *testing.T) {
 
 	// Istio's PeerAuthentication and AuthorizationPolicy.
 	checkAuthorization(t, c, app, grace)
+
+	// Every panel of the Grafana dashboards, against the real
+	// Prometheus that scraped this test's sidecars and control plane.
+	checkDashboards(t, prom)
 }
 
 // waitPodReady waits until a pod is Ready and returns it.
@@ -451,30 +455,37 @@ func keys(m map[string]bool) []string {
 }
 
 // scrapeWithPrometheus runs Debian's Prometheus scraping targets'
-// /stats/prometheus every second and returns the first non-empty answer
-// of its query API to query.
-func scrapeWithPrometheus(t *testing.T, targets []string, query string) string {
+// /stats/prometheus (the sidecars) and controlPlane's /metrics every
+// second until the test ends, and returns the first non-empty answer of
+// its query API to query, and its address.
+func scrapeWithPrometheus(t *testing.T, targets, controlPlane []string, query string) (answer, addr string) {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatalf("prometheus is not installed (Debian package prometheus; .ci/run installs it): %v", err)
 	}
 	dir := t.TempDir()
-	quoted := make([]string, len(targets))
-	for i, tg := range targets {
-		quoted[i] = fmt.Sprintf("%q", tg)
+	quote := func(l []string) string {
+		q := make([]string, len(l))
+		for i, tg := range l {
+			q[i] = fmt.Sprintf("%q", tg)
+		}
+		return strings.Join(q, ", ")
 	}
 	cfg := writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`global: {scrape_interval: 1s}
 scrape_configs:
   - job_name: meshlet-sidecars
     metrics_path: /stats/prometheus
     static_configs: [{targets: [%s]}]
-`, strings.Join(quoted, ", ")))
+  - job_name: meshlet-control-plane
+    metrics_path: /metrics
+    static_configs: [{targets: [%s]}]
+`, quote(targets), quote(controlPlane)))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	addr = l.Addr().String()
 	l.Close()
 	p := startProc(t, "prometheus", bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
@@ -489,7 +500,7 @@ scrape_configs:
 				} `json:"data"`
 			}
 			if json.Unmarshal(b, &r) == nil && r.Status == "success" && len(r.Data.Result) > 0 {
-				return string(b)
+				return string(b), addr
 			}
 		}
 		if time.Now().After(deadline) {

@@ -104,7 +104,7 @@ func checkTracing(t *testing.T, c *Cluster, client corev1.Pod, vip string, j *te
 		ss.Service, ss.SpanID, ss.OperationName, ss.Tag("destination.zone"), ss.SpanID)
 }
 
-var zoneRequestLine = regexp.MustCompile(`^meshlet_zone_requests_total\{destination_zone="([^"]*)",source_zone="([^"]*)",upstream_cluster="([^"]*)"\} (\S+)$`)
+var zoneRequestLine = regexp.MustCompile(`^meshlet_zone_requests_total\{cross_zone="(?:true|false)",destination_zone="([^"]*)",source_zone="([^"]*)",upstream_cluster="([^"]*)"\} (\S+)$`)
 
 // zoneRequests reads the client sidecar's meshlet_zone_requests_total
 // from its zone to each zone, for the echo Service's cluster.

@@ -291,6 +291,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second, PermitWithoutStream: true}))
 	sdsSrv.Register(g)
 	xdsSrv.Register(g)
+	reg.MustRegister(xdsSrv.Collector())
 	gl, err := net.Listen("tcp", s.opts.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("injector: grpc listener %s: %w", s.opts.GRPCAddr, err)

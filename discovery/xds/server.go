@@ -159,6 +159,11 @@ type Server struct {
 
 	smu     sync.Mutex // guards streams
 	streams map[int64]*streamState
+
+	// changedAt is when the first change since the last rebuild came
+	// (zero: none); the rebuild hands it to the sidecars it queues.
+	changedAt time.Time
+	metrics   *metrics
 }
 
 // publishWorkers set snapshots in parallel, so that a slow publish holds
@@ -172,6 +177,9 @@ type proxyState struct {
 	reported   lb.Locality // from its xDS node
 	streams    int
 	published  string // the group version it was last given
+	// pendingSince is the first change not yet in a snapshot the
+	// sidecar was given (pilot_proxy_convergence_time).
+	pendingSince time.Time
 }
 
 // streamState is one xDS stream.
@@ -215,6 +223,7 @@ func NewServer(opts Options) *Server {
 
 		routeDirty: map[types.NamespacedName]bool{}, routeSvcDirty: map[types.NamespacedName]bool{},
 		routeResults: map[types.NamespacedName]*parentRoutes{}, consumerNS: map[string]bool{},
+		metrics: newMetrics(),
 	}
 	s.src = s.own.sources()
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -283,6 +292,9 @@ func (s *Server) SetSynced() {
 func (s *Server) changed() {
 	s.mu.Lock()
 	s.stats.Changes++
+	if s.changedAt.IsZero() {
+		s.changedAt = time.Now()
+	}
 	s.mu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
@@ -410,7 +422,12 @@ func (s *Server) rebuild() {
 	}
 	s.synced = true
 	s.stats.Rebuilds++
-	for id := range s.proxies {
+	since := s.changedAt
+	s.changedAt = time.Time{}
+	for id, p := range s.proxies {
+		if p.pendingSince.IsZero() && p.published != "" {
+			p.pendingSince = since
+		}
 		s.publish.Add(id)
 	}
 }
@@ -520,6 +537,7 @@ func (s *Server) syncProxy(nodeID string) error {
 		consumerNS: s.consumerNamespaceLocked(nodeID, p), policy: policy}
 	g := s.gen.buildGroup(key, s.results, s.routeResults, wp.ext)
 	if p.published == g.version {
+		p.pendingSince = time.Time{} // the change did not touch it
 		s.mu.Unlock()
 		return nil
 	}
@@ -529,8 +547,11 @@ func (s *Server) syncProxy(nodeID string) error {
 	}
 	s.mu.Lock()
 	p.published = g.version
+	since := p.pendingSince
+	p.pendingSince = time.Time{}
 	s.stats.Snapshots++
 	s.mu.Unlock()
+	s.metrics.observeConvergence(since)
 	return nil
 }
 
@@ -562,6 +583,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+			s.metrics.push(resp.GetTypeUrl())
 			s.smu.Lock()
 			if st := s.streams[id]; st != nil {
 				st.sent[resp.GetTypeUrl()] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
@@ -570,6 +592,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
 			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail())
+		},
+		StreamDeltaResponseFunc: func(_ int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+			s.metrics.push(resp.GetTypeUrl())
 		},
 	}
 }
@@ -621,6 +646,7 @@ func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL string, nack
 	defer s.mu.Unlock()
 	if nack != nil {
 		s.stats.NACKs++
+		s.metrics.reject(typeURL)
 		s.log.Warn("sidecar rejected a response", "node", nodeID, "type", typeURL, "error", nack.GetMessage())
 	}
 	if !first {
