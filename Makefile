@@ -9,7 +9,7 @@ GO ?= go
 export CGO_ENABLED := 0
 TESTFLAGS = -trimpath -tags grpcnotrace
 
-.PHONY: test fmt vet unit unit-http1-fallback vectors e2e e2e-tools conformance demo bench sidecar images push
+.PHONY: test fmt vet unit unit-http1-fallback vectors e2e e2e-tools conformance demo bench sidecar meshletctl images push
 
 # The whole suite as CI runs it (hack/test.sh): needs root, installs what
 # a fresh machine lacks, says what each step does, and checks that the
@@ -70,6 +70,10 @@ conformance: e2e-tools
 SIDECAR_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -tags grpcnotrace
 sidecar:
 	$(SIDECAR_BUILD) -o bin/sidecar ./cmd/sidecar
+
+# The operator's CLI (docs/reference/cli.md), for the machine it runs on.
+meshletctl:
+	$(SIDECAR_BUILD) -o bin/meshletctl ./cmd/meshletctl
 
 # The sidecar and injector images without a container engine
 # (hack/images; docs/reference/images.md): OCI layouts bin/images/NAME and

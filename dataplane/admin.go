@@ -50,6 +50,7 @@ func (s *Server) startAdmin(cfg *config.Config) error {
 	admin.HandleFunc("/", s.adminIndex)
 	admin.HandleFunc("/config_dump", s.adminConfigDump)
 	admin.HandleFunc("/clusters", s.adminClusters)
+	admin.HandleFunc("/certs", s.adminCerts)
 	admin.HandleFunc("/stats", s.adminStats)
 	admin.Handle("/stats/prometheus", prom)
 	admin.HandleFunc("/ready", s.readyHandler)
@@ -131,7 +132,7 @@ func (s *Server) adminIndex(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	fmt.Fprint(w, "meshlet admin\n  /config_dump\n  /clusters[?format=json]\n  /stats\n  /stats/prometheus\n  /ready\n  POST /drain\n  POST /quitquitquit\n  POST /logging?level=debug|info|warn|error\n  /debug/pprof/\n")
+	fmt.Fprint(w, "meshlet admin\n  /config_dump\n  /clusters[?format=json]\n  /certs\n  /stats\n  /stats/prometheus\n  /ready\n  POST /drain\n  POST /quitquitquit\n  POST /logging?level=debug|info|warn|error\n  /debug/pprof/\n")
 }
 
 func (s *Server) readyHandler(w http.ResponseWriter, _ *http.Request) {

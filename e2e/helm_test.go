@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshlet-dev/meshlet/injector"
+	"github.com/meshlet-dev/meshlet/internal/clustercheck"
 	"github.com/meshlet-dev/meshlet/internal/preflight"
 	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/webhook"
@@ -129,14 +129,14 @@ func TestRealNodesHelm(t *testing.T) {
 	c.StartNodes(t, "zone-a", "zone-b", "zone-c")
 	ctx := context.Background()
 	c.dumpOnFailure(t, "meshlet-system", "shop", "kube-system")
-	// injector check before the install: nothing fails, the three zones
+	// meshletctl check before the install: nothing fails, the three zones
 	// are seen, and the control plane is reported missing, not failed.
 	before := preflightCheck(t, c, false, preflight.OK)
 	if r := before["control plane meshlet-system/meshlet-injector"]; r.Status != preflight.Skip {
-		t.Errorf("injector check before the install: control plane %v (%s), want skip", r.Status, r.Detail)
+		t.Errorf("meshletctl check before the install: control plane %v (%s), want skip", r.Status, r.Detail)
 	}
 	if r := before["nodes: labelled "+preflight.ZoneLabel]; r.Detail != "3 zones: zone-a, zone-b, zone-c" {
-		t.Errorf("injector check: zones %q, want the nodes' three", r.Detail)
+		t.Errorf("meshletctl check: zones %q, want the nodes' three", r.Detail)
 	}
 	old := installControlPlane(t, c, 2)
 	t.Logf("helm install: injector pods %s and %s Ready", old[0].Name, old[1].Name)
@@ -375,24 +375,24 @@ func TestRealNodesHelm(t *testing.T) {
 	})
 }
 
-// preflightCheck runs injector check's checks (injector.Preflight, with
+// preflightCheck runs meshletctl check's checks (clustercheck.Run, with
 // -installed if installed) in-process against c as its admin, logs the
 // report, and fails the test unless the control plane's check has status
 // want (waiting for it to become ok after an install) and no other check
 // failed. It returns the results by check.
 func preflightCheck(t *testing.T, c *Cluster, installed bool, want preflight.Status) map[string]preflight.Result {
 	t.Helper()
-	o := injector.PreflightOptions{Namespace: "meshlet-system", Name: "meshlet-injector", Installed: installed}
+	o := clustercheck.Options{Namespace: "meshlet-system", Name: "meshlet-injector", Installed: installed}
 	check := func() []preflight.Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return injector.Preflight(ctx, c.Client, o)
+		return clustercheck.Run(ctx, c.Client, o)
 	}
 	results := check()
 	if installed && want == preflight.OK {
 		// The install waited for the pods; the Deployment's status
 		// catches up with them.
-		waitFor(t, "injector check -installed to find the control plane ready", 60*time.Second, 500*time.Millisecond, func() (bool, string) {
+		waitFor(t, "meshletctl check -installed to find the control plane ready", 60*time.Second, 500*time.Millisecond, func() (bool, string) {
 			results = check()
 			r := results[len(results)-1]
 			return r.Status == preflight.OK, r.Detail
@@ -400,16 +400,16 @@ func preflightCheck(t *testing.T, c *Cluster, installed bool, want preflight.Sta
 	}
 	var out bytes.Buffer
 	_ = preflight.Report(&out, results)
-	t.Logf("injector check (installed %v):\n%s", installed, out.String())
+	t.Logf("meshletctl check (installed %v):\n%s", installed, out.String())
 	by := map[string]preflight.Result{}
 	for _, r := range results {
 		by[r.Check] = r
 		if strings.HasPrefix(r.Check, "control plane ") {
 			if r.Status != want && !(want == preflight.OK && r.Status == preflight.Skip && !installed) {
-				t.Errorf("injector check (installed %v): %s is %v (%s), want %v", installed, r.Check, r.Status, r.Detail, want)
+				t.Errorf("meshletctl check (installed %v): %s is %v (%s), want %v", installed, r.Check, r.Status, r.Detail, want)
 			}
 		} else if r.Status == preflight.Fail {
-			t.Errorf("injector check (installed %v): %s failed: %s", installed, r.Check, r.Detail)
+			t.Errorf("meshletctl check (installed %v): %s failed: %s", installed, r.Check, r.Detail)
 		}
 	}
 	return by

@@ -248,6 +248,9 @@ func TestRealNodesMesh(t *testing.T) {
 	t.Logf("with failover-labels: the client in zone-a is answered by %s only (zone-a) within %.1f s", local, time.Since(t0).Seconds())
 	// Cross-zone accounting: the client sidecar counts by zone pair.
 	checkZoneWindow(t, "same zone", clientPod.Status.PodIP, answers, "zone-a")
+	// meshletctl against these nodes, while the client's endpoints are
+	// split by zone: proxy-status, proxy-config, check.
+	checkMeshletctl(t, c, clientPod, inj, pods, zones)
 
 	c.Kubectl(t, "", "cordon", "node-a")
 	if err := c.Client.CoreV1().Pods("shop").Delete(ctx, local, metav1.DeleteOptions{}); err != nil {

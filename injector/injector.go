@@ -312,6 +312,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	monMux := http.NewServeMux()
 	monMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	monMux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
+	// Each sidecar stream's xDS state, as istiod's debug endpoint on the
+	// same port: what meshletctl proxy-status reads.
+	monMux.Handle("/debug/syncz", xdsSrv.SynczHandler())
 	ml, err := net.Listen("tcp", s.opts.MonitoringAddr)
 	if err != nil {
 		return fmt.Errorf("injector: monitoring listener %s: %w", s.opts.MonitoringAddr, err)

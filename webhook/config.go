@@ -88,7 +88,7 @@ const (
 )
 
 // nativeMinorFirst is the first Kubernetes 1.N whose pods get a native
-// sidecar: the release injector check checks for.
+// sidecar: the release meshletctl check checks for.
 var nativeMinorFirst = preflight.MustVersion(preflight.NativeSidecarKubernetes).Minor
 
 // systemNamespaces are never injected.

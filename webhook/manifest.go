@@ -16,7 +16,7 @@ var templatePaths = map[string][]string{
 	"ReplicaSet": {"spec", "template"}, "Job": {"spec", "template"}, "CronJob": {"spec", "jobTemplate", "spec", "template"},
 }
 
-// InjectManifest is the dry run behind `injector inject -f`: it injects
+// InjectManifest is the dry run behind `meshletctl inject -f`: it injects
 // every Pod and every pod template of Deployments, StatefulSets,
 // DaemonSets, ReplicaSets, Jobs and CronJobs of a multi-document YAML
 // manifest, as admission would (selection rules apply only to what the

@@ -1,9 +1,8 @@
 // Command injector is meshlet's control plane: `injector serve` runs the
 // injection webhook, the mesh CA with SDS, xDS discovery and metrics
-// (package injector); `injector inject -f manifest.yaml` prints a manifest
-// as admission would store it (like `istioctl kube-inject`). Their flags
-// are listed in docs/reference/cli.md, generated from the FlagSets
-// (TestCLIReference).
+// (package injector). The operator's commands (inject -f, check,
+// proxy-status) are meshletctl's. Its flags are listed in
+// docs/reference/cli.md, generated from the FlagSets (TestCLIReference).
 package main
 
 //go:generate go test -trimpath -tags grpcnotrace -run ^TestCLIReference$ . -update
@@ -19,7 +18,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -31,8 +29,6 @@ import (
 
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/injector"
-	"github.com/meshlet-dev/meshlet/internal/preflight"
-	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 func main() {
@@ -42,12 +38,11 @@ func main() {
 	}
 }
 
-// program is the injector binary's command line; inject reads "-f -"
-// from stdin.
-func program(stdin io.Reader) *cmdline.Program {
+// program is the injector binary's command line.
+func program(io.Reader) *cmdline.Program {
 	return &cmdline.Program{
 		Name: "injector",
-		Doc:  "meshlet's control plane (the injection webhook, the mesh CA with SDS, xDS discovery) and its manifest dry run.",
+		Doc:  "meshlet's control plane: the injection webhook, the mesh CA with SDS, xDS discovery (operator commands: meshletctl).",
 		Commands: []*cmdline.Command{
 			{Name: "serve", Flags: serveFlags,
 				Summary: "run the control plane (in-cluster config unless -kubeconfig)",
@@ -58,87 +53,14 @@ namespace's meshlet-root-ca ConfigMap equal to the CA root; serves SDS and
 xDS on one TLS gRPC port, authenticating each stream's ServiceAccount
 token with a TokenReview; and exposes Prometheus metrics. SIGTERM or an
 interrupt stops it.`},
-			{Name: "inject", Flags: func(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) error {
-				return injectFlags(fs, getenv, stdin)
-			},
-				Summary: "print a manifest with the sidecar injected, as admission would store it",
-				Doc: `Prints the manifest of -f with the meshlet sidecar injected into its Pods
-and the pod templates of Deployments, StatefulSets, DaemonSets,
-ReplicaSets, Jobs and CronJobs, as admission would store them (like
-istioctl kube-inject); other objects, and pods that opt out, pass
-unchanged.`},
-			{Name: "check", Flags: checkFlags,
-				Summary: "check a cluster for meshlet, before or after helm install",
-				Doc: `Checks the cluster of -kubeconfig (else $KUBECONFIG, else
-~/.kube/config) for meshlet: the Kubernetes release (1.29 or later for
-native sidecars), every node's Linux release (5.15 or later; 6.5 or later
-for the sidecar to drop root) and zone label, whether the caller may create
-what the chart installs (before the install), and whether the control
-plane is installed and ready (a failure with -installed). Prints one line per check and fails if
-one failed. The node's own check, as root on the node, is sidecar check.`},
 		},
 	}
 }
 
-// run runs the command line args (without the binary's name), reading
-// stdin for "inject -f -" and writing results and -help's usage to out.
+// run runs the command line args (without the binary's name), writing
+// -help's usage to out.
 func run(args []string, stdin io.Reader, out io.Writer) error {
 	return program(stdin).Main(args, out)
-}
-
-func checkFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) error {
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` of the cluster to check. Empty: $KUBECONFIG, else ~/.kube/config.")
-	def := injector.DefaultOptions()
-	o := injector.PreflightOptions{Namespace: def.Namespace, Name: def.WebhookConfig}
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the control plane's `NAMESPACE`.")
-	fs.BoolVar(&o.Installed, "installed", false, "fail unless the control plane is installed and ready (after helm install); the right to install is then not checked.")
-	fs.StringVar(&o.ReleaseNamespace, "release-namespace", "default", "the `NAMESPACE` helm install runs in (helm -n), where Helm keeps the release's Secret.")
-	return func(out io.Writer) error {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		if *kubeconfig != "" {
-			rules.ExplicitPath = *kubeconfig
-		}
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-		if err != nil {
-			return fmt.Errorf("check: kubeconfig: %w", err)
-		}
-		cfg.Timeout = 30 * time.Second // each call, the version's too
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("check: %w", err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return preflight.Report(out, injector.Preflight(ctx, client, o))
-	}
-}
-
-func injectFlags(fs *flag.FlagSet, _ func(string) string, stdin io.Reader) func(io.Writer) error {
-	file := fs.String("f", "", "manifest `FILE` to inject (YAML, several documents allowed); - reads stdin. Required.")
-	cfg := webhook.DefaultConfig()
-	fs.StringVar(&cfg.Image, "image", cfg.Image, "sidecar `IMAGE` to inject.")
-	fs.IntVar(&cfg.ServerMinor, "server-minor", 0, "Kubernetes minor version `N` of the target cluster (1.N): below 29 the sidecar is injected as a classic sidecar (the first container, with a sidecar wait postStart hook), else as a native one (an init container with restartPolicy Always); 0: native.")
-	return func(out io.Writer) error {
-		if *file == "" {
-			return cmdline.Usagef("need -f FILE")
-		}
-		var data []byte
-		var err error
-		if *file == "-" {
-			data, err = io.ReadAll(stdin)
-		} else {
-			data, err = os.ReadFile(*file)
-		}
-		if err != nil {
-			return fmt.Errorf("inject: read %s: %w", *file, err)
-		}
-		res, err := webhook.InjectManifest(data, cfg)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(res)
-		return err
-	}
 }
 
 func serveFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {

@@ -28,14 +28,13 @@ func TestHelp(t *testing.T) {
 // (the error and the usage on stderr).
 func TestExitCodes(t *testing.T) {
 	cmdlinetest.ExitCodes(t, ".", []cmdlinetest.ExitCode{
-		{Args: []string{"--help"}, Code: 0, Stdout: "inject"},
+		{Args: []string{"--help"}, Code: 0, Stdout: "serve"},
 		{Args: []string{"-h"}, Code: 0, Stdout: "commands:"},
 		{Args: []string{"help"}, Code: 0, Stdout: "serve"},
 		{Args: []string{"help", "serve"}, Code: 0, Stdout: "-workload-cert-ttl"},
 		{Args: []string{"serve", "--help"}, Code: 0, Stdout: "-image-pull-policy POLICY"},
-		{Args: []string{"inject", "-help"}, Code: 0, Stdout: "-f FILE"},
 		{Args: nil, Code: 2, Stderr: "injector: no command"},
 		{Args: []string{"serve", "-no-such-flag"}, Code: 2, Stderr: "usage: injector serve"},
-		{Args: []string{"inject"}, Code: 2, Stderr: "need -f FILE"},
+		{Args: []string{"inject"}, Code: 2, Stderr: "unknown command \"inject\""},
 	})
 }

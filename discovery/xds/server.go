@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meshlet-dev/meshlet/discovery/syncz"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
@@ -187,10 +188,11 @@ type streamState struct {
 	namespace, serviceAccount string
 	authenticated             bool
 	node                      string
-	sent                      map[string]sentResponse // by type URL (SotW)
+	delta                     bool
+	opened                    time.Time
+	types                     map[string]*typeState // by type URL
+	lastNACK                  *syncz.NACK
 }
-
-type sentResponse struct{ nonce, version string }
 
 // NewServer returns a server; Register it on a gRPC server and Run it.
 func NewServer(opts Options) *Server {
@@ -567,14 +569,18 @@ func (s *Server) forgetLocked(nodeID string) {
 // callbacks hook the server into go-control-plane's stream handling.
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc:      s.streamOpen,
-		DeltaStreamOpenFunc: s.streamOpen,
-		StreamClosedFunc:    func(id int64, _ *corev3.Node) { s.streamClosed(id) },
+		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			return s.streamOpen(ctx, id, false)
+		},
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			return s.streamOpen(ctx, id, true)
+		},
+		StreamClosedFunc: func(id int64, _ *corev3.Node) { s.streamClosed(id) },
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.streamClosed(id)
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail()); err != nil {
+			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail()); err != nil {
 				return err
 			}
 			if req.GetErrorDetail() != nil {
@@ -584,24 +590,30 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.metrics.push(resp.GetTypeUrl())
-			s.smu.Lock()
-			if st := s.streams[id]; st != nil {
-				st.sent[resp.GetTypeUrl()] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
-			}
-			s.smu.Unlock()
+			s.responded(id, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail())
+			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 		},
-		StreamDeltaResponseFunc: func(_ int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			s.metrics.push(resp.GetTypeUrl())
+			s.responded(id, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
 		},
 	}
 }
 
+// responded records a response sent on stream id (Syncz).
+func (s *Server) responded(id int64, typeURL, version, nonce string) {
+	s.smu.Lock()
+	if st := s.streams[id]; st != nil {
+		st.responded(typeURL, version, nonce)
+	}
+	s.smu.Unlock()
+}
+
 // streamOpen authenticates a stream.
-func (s *Server) streamOpen(ctx context.Context, id int64, _ string) error {
-	st := &streamState{sent: map[string]sentResponse{}}
+func (s *Server) streamOpen(ctx context.Context, id int64, delta bool) error {
+	st := &streamState{types: map[string]*typeState{}, delta: delta, opened: time.Now()}
 	if a := s.opts.Authenticator; a != nil {
 		ns, sa, err := a.Authenticate(ctx)
 		if err != nil {
@@ -620,8 +632,9 @@ func (s *Server) streamOpen(ctx context.Context, id int64, _ string) error {
 }
 
 // streamRequest binds a stream to its node on the first request and
-// registers the sidecar; it logs NACKs.
-func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL string, nack *rpcstatus.Status) error {
+// registers the sidecar; it records ACKs and NACKs of the response with
+// nonce (Syncz) and logs NACKs.
+func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce string, nack *rpcstatus.Status) error {
 	s.smu.Lock()
 	st := s.streams[id]
 	if st == nil {
@@ -638,6 +651,12 @@ func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL string, nack
 	} else if node.GetId() != "" && node.GetId() != st.node {
 		s.smu.Unlock()
 		return status.Errorf(codes.InvalidArgument, "xds: node id changed from %q to %q on one stream", st.node, node.GetId())
+	}
+	if nack != nil {
+		msg := nack.GetMessage()
+		st.requested(typeURL, nonce, &msg, time.Now())
+	} else {
+		st.requested(typeURL, nonce, nil, time.Now())
 	}
 	nodeID, ns, authn := st.node, st.namespace, st.authenticated
 	s.smu.Unlock()
@@ -683,8 +702,8 @@ func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
 	if st == nil {
 		return
 	}
-	if last, ok := st.sent[req.GetTypeUrl()]; ok && last.nonce == req.GetResponseNonce() {
-		req.VersionInfo = last.version
+	if last := st.types[req.GetTypeUrl()]; last != nil && last.nonce == req.GetResponseNonce() {
+		req.VersionInfo = last.sent
 	}
 }
 

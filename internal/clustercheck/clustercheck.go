@@ -1,4 +1,8 @@
-package injector
+// Package clustercheck is `meshletctl check`'s cluster-wide checks: the
+// Kubernetes release, the nodes' kernels and zone labels, the right to
+// install, the control plane's readiness, the webhook's reach through a
+// dry-run Pod, and each node's own check in a short-lived probe pod.
+package clustercheck
 
 import (
 	"context"
@@ -14,8 +18,8 @@ import (
 	"github.com/meshlet-dev/meshlet/internal/preflight"
 )
 
-// PreflightOptions says what `injector check` checks.
-type PreflightOptions struct {
+// Options says what `meshletctl check` checks.
+type Options struct {
 	// Namespace is the control plane's (the chart's meshlet-system).
 	Namespace string
 	// Name is the injector's Deployment and webhook configuration name
@@ -30,13 +34,13 @@ type PreflightOptions struct {
 	ReleaseNamespace string
 }
 
-// Preflight checks a cluster for meshlet, as `injector check` does before
+// Run checks a cluster for meshlet, as `meshletctl check` does before
 // or after `helm install`: the Kubernetes release (native sidecars), every
 // node's Linux release and zone label, before an install the caller's
 // permission to create what the chart installs, and whether the control
 // plane is installed and ready. Each check's error is its result, not
-// Preflight's.
-func Preflight(ctx context.Context, client kubernetes.Interface, o PreflightOptions) []preflight.Result {
+// Run's.
+func Run(ctx context.Context, client kubernetes.Interface, o Options) []preflight.Result {
 	results := []preflight.Result{checkServerVersion(client)}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -311,7 +315,7 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 	return r
 }
 
-func checkControlPlane(ctx context.Context, client kubernetes.Interface, o PreflightOptions) preflight.Result {
+func checkControlPlane(ctx context.Context, client kubernetes.Interface, o Options) preflight.Result {
 	r := preflight.Result{Check: "control plane " + o.Namespace + "/" + o.Name}
 	missing := preflight.Skip // before an install: reported, not failed
 	if o.Installed {

@@ -1,0 +1,96 @@
+package xds
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/meshlet-dev/meshlet/discovery/syncz"
+)
+
+// typeSync is the state of one type of the one stream Syncz reports.
+func typeSync(s *Server, typ string) (syncz.TypeSync, *syncz.NACK) {
+	for _, p := range s.Syncz() {
+		for _, ts := range p.Types {
+			if ts.Type == typ {
+				return ts, p.LastNACK
+			}
+		}
+	}
+	return syncz.TypeSync{}, nil
+}
+
+// A sidecar's stream as /debug/syncz sees it: acknowledged versions are
+// SYNCED, a response not yet acknowledged STALE, a rejected one NACKED
+// with the sidecar's message.
+func TestSyncz(t *testing.T) {
+	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
+	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
+		for _, svc := range shop() {
+			s.UpsertService(svc)
+		}
+		s.UpsertHTTPRoute(route)
+	})
+	c := startDeltaClient(t, cp.addr, "client-0.web")
+	cds := c.next(t, resource.ClusterType)
+	waitFor(t, "cds SYNCED", func() bool {
+		ts, _ := typeSync(cp.srv, "cds")
+		return ts.Status == syncz.Synced && ts.Acked == cds.GetSystemVersionInfo() && ts.Acked != ""
+	})
+	c.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{echo80}})
+	c.next(t, resource.RouteType)
+	waitFor(t, "rds SYNCED", func() bool { ts, _ := typeSync(cp.srv, "rds"); return ts.Status == syncz.Synced })
+
+	// A route change: its response, held unacknowledged, is STALE.
+	changed := route.DeepCopy()
+	changed.Spec.Rules[0].BackendRefs = []gatewayv1.HTTPBackendRef{to("", "v2", 80, nil)}
+	cp.srv.UpsertHTTPRoute(changed)
+	var rds *discoveryv3.DeltaDiscoveryResponse
+	for rds == nil {
+		select {
+		case r := <-c.resps:
+			if r.GetTypeUrl() == resource.RouteType {
+				rds = r
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("no rds response to the route change")
+		}
+	}
+	waitFor(t, "rds STALE", func() bool {
+		ts, _ := typeSync(cp.srv, "rds")
+		return ts.Status == syncz.Stale && ts.Nonce == rds.GetNonce()
+	})
+
+	// Rejected: NACKED, with the message and the version.
+	c.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResponseNonce: rds.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: "routes[0]: refused by the test"}})
+	var nack *syncz.NACK
+	waitFor(t, "rds NACKED", func() bool {
+		var ts syncz.TypeSync
+		ts, nack = typeSync(cp.srv, "rds")
+		return ts.Status == syncz.NACKed
+	})
+	if nack == nil || nack.Type != "rds" || nack.Message != "routes[0]: refused by the test" || nack.Version != rds.GetSystemVersionInfo() {
+		t.Errorf("last NACK %+v, want rds's version %s with the sidecar's message", nack, rds.GetSystemVersionInfo())
+	}
+	if ts, _ := typeSync(cp.srv, "cds"); ts.Status != syncz.Synced {
+		t.Errorf("cds %s after an rds NACK, want SYNCED", ts.Status)
+	}
+
+	// The JSON istiod's /debug/syncz gives, which meshletctl reads.
+	rec := httptest.NewRecorder()
+	cp.srv.SynczHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/syncz", nil))
+	var got []syncz.ProxySync
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("syncz: %v\n%s", err, rec.Body)
+	}
+	if len(got) != 1 || got[0].Proxy != "client-0.web" || !got[0].Delta || got[0].LastNACK == nil || len(got[0].Types) < 2 {
+		t.Errorf("syncz: %s", rec.Body)
+	}
+}
