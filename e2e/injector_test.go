@@ -66,7 +66,7 @@ func startInjectorWrapped(t testing.TB, c *Cluster, wrap func(http.RoundTripper)
 	}
 	opts := injector.DefaultOptions()
 	opts.Hosts = []string{"127.0.0.1", "localhost"}
-	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr, opts.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	edit(&opts)
 	s := injector.New(client, opts)

@@ -58,6 +58,10 @@ type Options struct {
 	Hosts []string
 	// WebhookAddr, GRPCAddr (SDS + xDS) and MonitoringAddr listen addresses.
 	WebhookAddr, GRPCAddr, MonitoringAddr string
+	// DebugAddr is the debug endpoints' (/debug/syncz): loopback, as
+	// istiod's 8080, since they name every sidecar and its identity; a
+	// port-forward reaches it. Empty: none.
+	DebugAddr string
 	// Sidecar is the injected sidecar's configuration.
 	Sidecar webhook.Config
 	// ControlPlaneService is the Service sidecars dial for SDS and xDS
@@ -104,7 +108,7 @@ func DefaultOptions() Options {
 	return Options{Namespace: "meshlet-system", CASecret: "meshlet-ca", WebhookConfig: "meshlet-injector",
 		RootCAConfigMap: webhook.DefaultRootCACM, TrustDomain: mtls.DefaultTrustDomain,
 		Hosts:       []string{"meshlet-injector.meshlet-system.svc", "meshlet-injector.meshlet-system.svc.cluster.local"},
-		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", ControlPlaneService: "meshlet-injector",
+		WebhookAddr: ":9443", GRPCAddr: ":15012", MonitoringAddr: ":15014", DebugAddr: "127.0.0.1:8080", ControlPlaneService: "meshlet-injector",
 		Sidecar: webhook.DefaultConfig(), Resync: DefaultResync}
 }
 
@@ -312,9 +316,6 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	monMux := http.NewServeMux()
 	monMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	monMux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ready") })
-	// Each sidecar stream's xDS state, as istiod's debug endpoint on the
-	// same port: what meshletctl proxy-status reads.
-	monMux.Handle("/debug/syncz", xdsSrv.SynczHandler())
 	ml, err := net.Listen("tcp", s.opts.MonitoringAddr)
 	if err != nil {
 		return fmt.Errorf("injector: monitoring listener %s: %w", s.opts.MonitoringAddr, err)
@@ -323,6 +324,20 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	go monSrv.Serve(ml)
 	defer monSrv.Close()
 	s.addrs = map[string]string{"webhook": wl.Addr().String(), "grpc": gl.Addr().String(), "monitoring": ml.Addr().String()}
+	if s.opts.DebugAddr != "" {
+		// Each sidecar stream's xDS state: what meshletctl proxy-status
+		// reads through a port-forward.
+		dbgMux := http.NewServeMux()
+		dbgMux.Handle("/debug/syncz", xdsSrv.SynczHandler())
+		dl, err := net.Listen("tcp", s.opts.DebugAddr)
+		if err != nil {
+			return fmt.Errorf("injector: debug listener %s: %w", s.opts.DebugAddr, err)
+		}
+		dbgSrv := &http.Server{Handler: dbgMux, ReadHeaderTimeout: 10 * time.Second}
+		go dbgSrv.Serve(dl)
+		defer dbgSrv.Close()
+		s.addrs["debug"] = dl.Addr().String()
+	}
 	close(s.ready)
 	// Deferred last, so run first on the way out: everything above still
 	// serves during the delay.

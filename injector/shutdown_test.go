@@ -49,7 +49,7 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 	const delay = 2 * time.Second
 	stopping := &signalHandler{Handler: slog.DiscardHandler, msg: "stopping: serving on while the endpoints update", seen: make(chan struct{})}
 	opts := DefaultOptions()
-	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	opts.WebhookAddr, opts.GRPCAddr, opts.MonitoringAddr, opts.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	opts.ShutdownDelay, opts.Logger = delay, slog.New(stopping)
 	s := New(fake.NewClientset(), opts)
 	ctx, cancel := context.WithCancel(context.Background())

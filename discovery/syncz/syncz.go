@@ -31,11 +31,23 @@ type TypeSync struct {
 
 // NACK is a response a sidecar rejected.
 type NACK struct {
-	Type    string    `json:"type"`
-	Version string    `json:"version,omitempty"`
+	Type string `json:"type"`
+	// Version is the rejected version (empty when Superseded).
+	Version string `json:"version,omitempty"`
+	// Message is the sidecar's error detail.
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
+	// Superseded is set when the rejection was of an older response than
+	// the last one sent, which it leaves in its state.
+	Superseded bool `json:"superseded,omitempty"`
 }
+
+// The states of a sidecar in proxy-status.
+const (
+	Connected    = "CONNECTED"     // a stream to a control-plane pod
+	NotConnected = "NOT CONNECTED" // a running pod with the sidecar, no stream
+	Unknown      = "UNKNOWN"       // a control-plane pod could not be read
+)
 
 // ProxySync is one sidecar stream's xDS state, an entry of /debug/syncz.
 type ProxySync struct {
@@ -48,11 +60,14 @@ type ProxySync struct {
 	// Delta is true for the incremental protocol.
 	Delta bool `json:"delta"`
 	// Connected is when the stream opened.
-	Connected time.Time `json:"connected"`
+	Connected time.Time `json:"connected,omitzero"`
 	// Types are the resource types asked for, sorted by Type.
 	Types []TypeSync `json:"types"`
 	// LastNACK is the latest rejection on the stream.
 	LastNACK *NACK `json:"last_nack,omitempty"`
-	// ControlPlaneVersion is the control plane's build ("meshlet").
-	ControlPlaneVersion string `json:"control_plane_version"`
+	// ControlPlaneVersion is the control plane's build: its module
+	// version, else its VCS revision, else "meshlet".
+	ControlPlaneVersion string `json:"control_plane_version,omitempty"`
+	// State is Connected, NotConnected or Unknown.
+	State string `json:"state"`
 }

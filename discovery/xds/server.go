@@ -580,7 +580,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.streamClosed(id)
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail()); err != nil {
+			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail()); err != nil {
 				return err
 			}
 			if req.GetErrorDetail() != nil {
@@ -593,7 +593,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.responded(id, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail())
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			s.metrics.push(resp.GetTypeUrl())
@@ -634,7 +634,7 @@ func (s *Server) streamOpen(ctx context.Context, id int64, delta bool) error {
 // streamRequest binds a stream to its node on the first request and
 // registers the sidecar; it records ACKs and NACKs of the response with
 // nonce (Syncz) and logs NACKs.
-func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce string, nack *rpcstatus.Status) error {
+func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce, version string, nack *rpcstatus.Status) error {
 	s.smu.Lock()
 	st := s.streams[id]
 	if st == nil {
@@ -654,9 +654,9 @@ func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce strin
 	}
 	if nack != nil {
 		msg := nack.GetMessage()
-		st.requested(typeURL, nonce, &msg, time.Now())
+		st.requested(typeURL, nonce, version, &msg, time.Now())
 	} else {
-		st.requested(typeURL, nonce, nil, time.Now())
+		st.requested(typeURL, nonce, version, nil, time.Now())
 	}
 	nodeID, ns, authn := st.node, st.namespace, st.authenticated
 	s.smu.Unlock()
@@ -702,7 +702,7 @@ func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
 	if st == nil {
 		return
 	}
-	if last := st.types[req.GetTypeUrl()]; last != nil && last.nonce == req.GetResponseNonce() {
+	if last := st.types[req.GetTypeUrl()]; last != nil && last.nonce != "" && last.nonce == req.GetResponseNonce() {
 		req.VersionInfo = last.sent
 	}
 }

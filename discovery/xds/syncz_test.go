@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/meshlet-dev/meshlet/discovery/syncz"
@@ -93,4 +96,54 @@ func TestSyncz(t *testing.T) {
 	if len(got) != 1 || got[0].Proxy != "client-0.web" || !got[0].Delta || got[0].LastNACK == nil || len(got[0].Types) < 2 {
 		t.Errorf("syncz: %s", rec.Body)
 	}
+}
+
+// State of the world: every request after a response carries its nonce,
+// so a subscription change after a NACK (still the old version) must not
+// read as an ACK of the rejected one.
+func TestSynczSotW(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
+		for _, svc := range shop() {
+			s.UpsertService(svc)
+		}
+	})
+	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(req *discoveryv3.DiscoveryRequest) {
+		t.Helper()
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "client-0.web"}, TypeUrl: resource.ClusterType})
+	cds, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cds STALE before its ACK", func() bool { ts, _ := typeSync(cp.srv, "cds"); return ts.Status == syncz.Stale })
+	// The sidecar rejects it: NACKED.
+	send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: cds.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: "clusters[0]: refused by the test"}})
+	waitFor(t, "cds NACKED", func() bool { ts, _ := typeSync(cp.srv, "cds"); return ts.Status == syncz.NACKed })
+	// A later request with the same nonce, no error and the old version
+	// (a subscription change) leaves it NACKED.
+	send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: cds.GetNonce(), ResourceNames: []string{"x"}})
+	send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{"y"}})
+	waitFor(t, "the eds subscription seen", func() bool { ts, _ := typeSync(cp.srv, "eds"); return ts.Type == "eds" })
+	if ts, _ := typeSync(cp.srv, "cds"); ts.Status != syncz.NACKed || ts.Acked != "" {
+		t.Errorf("cds %s acked %q after a subscription change, want NACKED with nothing acknowledged", ts.Status, ts.Acked)
+	}
+	// An ACK restates the version sent: SYNCED.
+	send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: cds.GetNonce(), VersionInfo: cds.GetVersionInfo()})
+	waitFor(t, "cds SYNCED", func() bool {
+		ts, _ := typeSync(cp.srv, "cds")
+		return ts.Status == syncz.Synced && ts.Acked == cds.GetVersionInfo()
+	})
 }

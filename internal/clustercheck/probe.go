@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -44,70 +46,95 @@ func WebhookReach(ctx context.Context, client kubernetes.Interface, ns string) p
 
 // ProbeOptions configure NodeProbes.
 type ProbeOptions struct {
-	// Namespace is where the probe pods run (the control plane's: not
-	// injected, and the caller may create pods there).
+	// Namespace is where the probe pods run: not injected, and one whose
+	// PodSecurity admits a root pod with BPF and NET_ADMIN (the control
+	// plane's, whose sidecars' pods need the same).
 	Namespace string
 	// Image is the sidecar image; its `sidecar check` runs on each node.
 	Image string
 	// PullPolicy of the probe pods' image.
 	PullPolicy corev1.PullPolicy
-	// Timeout bounds the wait for each probe pod to finish.
+	// Timeout bounds the wait for the probe pods to finish.
 	Timeout time.Duration
 }
 
+// RunLabel marks the probe pods of one NodeProbes run, which it deletes
+// by that label when it returns.
+const RunLabel = "meshlet.io/check-run"
+
 // NodeProbes runs the sidecar image's own check (`sidecar check`: the
 // kernel release, cgroup v2, the eBPF programs loaded as the sidecar
-// loads them) in a short-lived pod on each node, with the sidecar's
-// capabilities, and reports each node's outcome with its output. The
-// pods are deleted afterwards.
+// loads them) in a short-lived pod on each Linux node, with the
+// capabilities loading needs and the node's cgroup hierarchy mounted as
+// the injector mounts it, and reports each node's outcome with its
+// output. The pods are deleted when it returns, ctx cancelled (an
+// interrupt) or not; each also ends itself after Timeout.
 func NodeProbes(ctx context.Context, client kubernetes.Interface, o ProbeOptions) []preflight.Result {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return []preflight.Result{{Check: "node probes", Status: preflight.Fail, Detail: "list nodes: " + err.Error()}}
 	}
-	type probe struct {
-		node, pod string
-		err       error
-	}
-	var probes []probe
-	for _, n := range nodes.Items {
-		p, err := client.CoreV1().Pods(o.Namespace).Create(ctx, probePod(n.Name, o), metav1.CreateOptions{})
-		pr := probe{node: n.Name, err: err}
-		if err == nil {
-			pr.pod = p.Name
-		}
-		probes = append(probes, pr)
-	}
+	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	var out []preflight.Result
-	for _, pr := range probes {
-		r := preflight.Result{Check: "node " + pr.node + ": sidecar check in a probe pod"}
-		if pr.err != nil {
-			r.Status, r.Detail = preflight.Fail, "create the probe pod: "+pr.err.Error()
-			out = append(out, r)
+	defer func() {
+		// Without ctx: an interrupted check still removes its pods.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Pods(o.Namespace).DeleteCollection(dctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: RunLabel + "=" + run}); err != nil {
+			out = append(out, preflight.Result{Check: "node probes: clean up", Status: preflight.Warn,
+				Detail: fmt.Sprintf("delete the probe pods (%s=%s in %s): %v", RunLabel, run, o.Namespace, err)})
+		}
+	}()
+	results := make([]preflight.Result, len(nodes.Items))
+	var wg sync.WaitGroup
+	for i, n := range nodes.Items {
+		results[i].Check = "node " + n.Name + ": sidecar check in a probe pod"
+		if os := n.Status.NodeInfo.OperatingSystem; os != "" && os != "linux" {
+			results[i].Status, results[i].Detail = preflight.Skip, "a "+os+" node runs no sidecar"
 			continue
 		}
-		r.Status, r.Detail = waitProbe(ctx, client, o, pr.pod)
-		// Background: the probe's outcome is read; its removal need not
-		// be waited for.
-		_ = client.CoreV1().Pods(o.Namespace).Delete(context.WithoutCancel(ctx), pr.pod, metav1.DeleteOptions{})
-		out = append(out, r)
+		p, err := client.CoreV1().Pods(o.Namespace).Create(ctx, probePod(n.Name, run, o), metav1.CreateOptions{})
+		if err != nil {
+			results[i].Status, results[i].Detail = preflight.Fail, "create the probe pod in "+o.Namespace+": "+err.Error()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].Status, results[i].Detail = waitProbe(ctx, client, o, p.Name)
+		}()
 	}
+	wg.Wait()
+	out = append(out, results...)
 	return out
 }
 
-func probePod(node string, o ProbeOptions) *corev1.Pod {
-	root, no, yes := int64(0), false, true
+func probePod(node, run string, o ProbeOptions) *corev1.Pod {
+	root, no, yes, dir := int64(0), false, true, corev1.HostPathDirectory
+	deadline := int64(o.Timeout / time.Second)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "meshlet-check-", Labels: map[string]string{webhook.PodLabel: "false",
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "meshlet-check-", Labels: map[string]string{webhook.PodLabel: "false", RunLabel: run,
 			"app.kubernetes.io/name": "meshlet-check", "app.kubernetes.io/part-of": "meshlet"}},
 		Spec: corev1.PodSpec{
-			NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			NodeName: node, RestartPolicy: corev1.RestartPolicyNever, ActiveDeadlineSeconds: &deadline,
 			// Whatever taints the node carries: every node runs sidecars.
 			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken: &no,
+			// The node's cgroup hierarchy, mounted as the injector mounts it
+			// for the sidecar (containers may have no cgroup2 mount).
+			Volumes: []corev1.Volume{{Name: webhook.CgroupVolume, VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: &dir}}}},
 			Containers: []corev1.Container{{
 				Name: "check", Image: o.Image, ImagePullPolicy: o.PullPolicy, Args: []string{"check"},
-				// The injected sidecar's own: root with BPF and NET_ADMIN.
+				Env:          []corev1.EnvVar{{Name: "MESHLET_HOST_CGROUP", Value: webhook.HostCgroupPath}},
+				VolumeMounts: []corev1.VolumeMount{{Name: webhook.CgroupVolume, MountPath: webhook.HostCgroupPath, ReadOnly: true}},
+				// A namespace's LimitRange or quota may require them.
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}},
+				// Root with what loading the programs needs (the injected
+				// sidecar also has SETUID and SETGID, to drop root).
 				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsNonRoot: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF", "NET_ADMIN"}}},
 			}},
@@ -128,9 +155,23 @@ func waitProbe(ctx context.Context, client kubernetes.Interface, o ProbeOptions,
 			case corev1.PodSucceeded, corev1.PodFailed:
 				logs := probeLogs(ctx, client, o.Namespace, name)
 				if p.Status.Phase == corev1.PodFailed {
+					for _, cs := range p.Status.ContainerStatuses {
+						if term := cs.State.Terminated; term != nil {
+							logs = fmt.Sprintf("    (exit code %d, %s %s)\n", term.ExitCode, term.Reason, term.Message) + logs
+						}
+					}
+					if p.Status.Reason != "" {
+						logs = "    (" + p.Status.Reason + ": " + p.Status.Message + ")\n" + logs
+					}
 					return preflight.Fail, "the node's check failed:\n" + logs
 				}
-				return preflight.OK, logs
+				// A warning of the node's is the probe's.
+				for _, l := range strings.Split(logs, "\n") {
+					if strings.HasPrefix(strings.TrimSpace(l), preflight.Warn.String()+" ") {
+						return preflight.Warn, "passed with a warning:\n" + logs
+					}
+				}
+				return preflight.OK, "passed:\n" + logs
 			}
 		}
 		select {

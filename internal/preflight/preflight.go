@@ -1,5 +1,5 @@
 // Package preflight is what the binaries' check commands share (`sidecar
-// check` on a node, `injector check` against a cluster): a check's result,
+// check` on a node, `meshletctl check` against a cluster): a check's result,
 // the report an operator reads, and the requirements both test, so that
 // the two commands and the docs state one set of numbers.
 package preflight

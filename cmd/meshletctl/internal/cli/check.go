@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +21,8 @@ func checkFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 	var kf kubeFlags
 	kf.register(fs)
 	o := clustercheck.Options{Namespace: "meshlet-system", Name: "meshlet-injector"}
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the control plane's `NAMESPACE` (where the probe pods run too).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the control plane's `NAMESPACE`.")
+	probeNS := fs.String("probe-namespace", "", "the `NAMESPACE` the probe pods run in: one whose PodSecurity admits a root pod with BPF and NET_ADMIN. Empty: -namespace (which must exist: before an install, name another).")
 	fs.BoolVar(&o.Installed, "installed", false, "fail unless the control plane is installed and ready (after helm install), and check that the webhook injects a dry-run pod; the right to install is then not checked.")
 	fs.StringVar(&o.ReleaseNamespace, "release-namespace", "default", "the `NAMESPACE` helm install runs in (helm -n), where Helm keeps the release's Secret.")
 	webhookNS := fs.String("webhook-namespace", "default", "the `NAMESPACE` of -installed's dry-run pod (labelled meshlet.io/inject=true; nothing is created).")
@@ -31,14 +36,17 @@ func checkFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+po.Timeout)
+		// An interrupt cancels the checks; the probe pods are removed still.
+		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		ctx, cancel := context.WithTimeout(sig, time.Minute+po.Timeout)
 		defer cancel()
 		results := clustercheck.Run(ctx, k.client, o)
 		if o.Installed {
 			results = append(results, clustercheck.WebhookReach(ctx, k.client, *webhookNS))
 		}
 		if *probe {
-			po.Namespace = o.Namespace
+			po.Namespace = cmp.Or(*probeNS, o.Namespace)
 			results = append(results, clustercheck.NodeProbes(ctx, k.client, po)...)
 		}
 		return preflight.Report(out, results)

@@ -43,12 +43,15 @@ func Program(stdin io.Reader) *cmdline.Program {
 			{Name: "proxy-status", Flags: proxyStatusFlags,
 				Summary: "every sidecar the control plane serves, and whether its xDS is in sync",
 				Doc: `Lists every sidecar stream of every control-plane pod (read from their
-/debug/syncz on the monitoring port, through the API server's
-port-forward), one row per sidecar: the sync state of each resource type
-(SYNCED: the last version sent was acknowledged; STALE: sent, not yet
-acknowledged; NACKED: rejected; NOT SENT: asked for, nothing sent yet),
-the control-plane pod, and the last rejection. Pods that carry the
-sidecar but that no control plane serves are listed as NOT CONNECTED.`},
+/debug/syncz on the loopback debug port 8080, through the API server's
+port-forward), one row per sidecar (NAME is POD.NAMESPACE): the sync
+state of each resource type (SYNCED: the last version sent was
+acknowledged; STALE: sent, not yet acknowledged; NACKED: rejected; NOT
+SENT: asked for, nothing sent yet; -: not asked for, as LDS: the
+sidecar's listeners are its own), the control-plane pod, its version, and
+the last rejection. Running pods that carry the sidecar but have no
+stream are NOT CONNECTED (UNKNOWN when a control-plane pod could not be
+read). Fails if a control-plane pod could not be read.`},
 			pc("clusters", `Lists the sidecar's clusters (its /config_dump): name, protocol, load
 balancer, endpoint count, priorities and circuit-breaker thresholds.`, nil),
 			pc("endpoints", `Lists the sidecar's endpoints as its load balancer sees them (its
@@ -130,20 +133,18 @@ func (k *kubeFlags) connect() (*kube, error) {
 	return &kube{cfg: cfg, client: client, namespace: ns}, nil
 }
 
-// podArg splits POD[.NAMESPACE]; namespace (-n) wins, then the
-// kubeconfig's.
+// podArg splits POD[.NAMESPACE] at the last dot (namespaces have none;
+// pod names may). With -n (namespace), a trailing ".NAMESPACE" equal to
+// it is dropped and anything else is the pod's whole name; without, the
+// kubeconfig context's namespace def applies to a name without a dot.
 func podArg(arg, namespace, def string) (string, string) {
-	name, ns, ok := strings.Cut(arg, ".")
-	switch {
-	case namespace != "":
-		if ok {
-			return arg, namespace
-		}
-		return name, namespace
-	case ok:
-		return name, ns
+	if namespace != "" {
+		return strings.TrimSuffix(arg, "."+namespace), namespace
 	}
-	return name, def
+	if i := strings.LastIndexByte(arg, '.'); i > 0 && i < len(arg)-1 {
+		return arg[:i], arg[i+1:]
+	}
+	return arg, def
 }
 
 // positional takes the one positional argument of fs, parsing the flags

@@ -97,3 +97,19 @@ func TestCheckNeedsItsCluster(t *testing.T) {
 		t.Errorf("check against a closed port: %v\n%s\nwant the version and node checks failed", err, out.String())
 	}
 }
+
+// POD[.NAMESPACE] as istioctl reads it: the namespace after the last dot.
+func TestPodArg(t *testing.T) {
+	for _, c := range []struct{ arg, n, wantPod, wantNS string }{
+		{"web-0", "", "web-0", "ctx"},
+		{"web-0.shop", "", "web-0", "shop"},
+		{"my.app-7d9c-x.shop", "", "my.app-7d9c-x", "shop"},
+		{"web-0.shop", "shop", "web-0", "shop"},
+		{"my.app", "shop", "my.app", "shop"},
+		{"web-0.", "", "web-0.", "ctx"},
+	} {
+		if pod, ns := podArg(c.arg, c.n, "ctx"); pod != c.wantPod || ns != c.wantNS {
+			t.Errorf("podArg(%q, -n %q) = %s/%s, want %s/%s", c.arg, c.n, ns, pod, c.wantNS, c.wantPod)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -31,8 +32,8 @@ func (k *kube) forward(ctx context.Context, ns, name string, port int) (fetch fu
 		})
 	}
 	stopCh, ready := make(chan struct{}), make(chan struct{})
-	var errOut bytes.Buffer
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, ready, io.Discard, &errOut)
+	errOut := &lockedBuffer{}
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, ready, io.Discard, errOut)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -52,7 +53,43 @@ func (k *kube) forward(ctx context.Context, ns, name string, port int) (fetch fu
 		return nil, nil, fmt.Errorf("port-forward to pod %s/%s port %d: no local port: %v", ns, name, port, err)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local)
-	return httpFetch(ctx, base), func() { close(stopCh) }, nil
+	get := httpFetch(ctx, base)
+	// What the forward itself reports (the pod refused the port) is the
+	// reason a fetch through it failed.
+	fetch = func(method, path string) ([]byte, error) {
+		b, err := get(method, path)
+		if err != nil {
+			if msg := strings.TrimSpace(errOut.String()); msg != "" {
+				err = fmt.Errorf("%w (port-forward to pod %s/%s port %d: %s)", err, ns, name, port, msg)
+			}
+		}
+		return b, err
+	}
+	var once sync.Once
+	return fetch, func() {
+		once.Do(func() {
+			close(stopCh)
+			<-done
+		})
+	}, nil
+}
+
+// lockedBuffer is the forward's error output, written by its goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // httpFetch returns a fetch of base's paths (an error unless 200).

@@ -38,7 +38,7 @@ func proxyConfigFlags(fs *flag.FlagSet, what string, extra func(*flag.FlagSet, *
 	o.kube.register(fs)
 	fs.StringVar(&o.namespace, "n", "", "the pod's `NAMESPACE` (also POD.NAMESPACE). Empty: the kubeconfig context's.")
 	if what != "log" {
-		fs.StringVar(&o.output, "o", "table", "output `FORMAT`: table, or json (the admin endpoint's own JSON).")
+		fs.StringVar(&o.output, "o", "table", "output `FORMAT`: table, or json (the admin endpoint's own JSON, of the part shown).")
 	}
 	if extra != nil {
 		extra(fs, o)
@@ -79,12 +79,12 @@ func proxyConfig(out io.Writer, what string, o *proxyConfigOptions, fetch func(m
 		if err != nil {
 			return err
 		}
+		if o.output == "json" {
+			return rawPart(out, b, what)
+		}
 		var cfg config.Config
 		if err := json.Unmarshal(b, &cfg); err != nil {
 			return fmt.Errorf("/config_dump: %w", err)
-		}
-		if o.output == "json" {
-			return writeJSON(out, pick(what, &cfg))
 		}
 		switch what {
 		case "clusters":
@@ -101,17 +101,25 @@ func proxyConfig(out io.Writer, what string, o *proxyConfigOptions, fetch func(m
 		var st struct {
 			Clusters []clusterStatus `json:"cluster_statuses"`
 		}
+		var raw struct {
+			Clusters []json.RawMessage `json:"cluster_statuses"`
+		}
 		if err := json.Unmarshal(b, &st); err != nil {
 			return fmt.Errorf("/clusters: %w", err)
 		}
+		if err := json.Unmarshal(b, &raw); err != nil || len(raw.Clusters) != len(st.Clusters) {
+			return fmt.Errorf("/clusters: %v", err)
+		}
 		if o.cluster != "" {
-			st.Clusters = slices.DeleteFunc(st.Clusters, func(c clusterStatus) bool { return c.Name != o.cluster })
-			if len(st.Clusters) == 0 {
+			keep := slices.IndexFunc(st.Clusters, func(c clusterStatus) bool { return c.Name == o.cluster })
+			if keep < 0 {
 				return fmt.Errorf("no cluster %q", o.cluster)
 			}
+			st.Clusters, raw.Clusters = st.Clusters[keep:keep+1], raw.Clusters[keep:keep+1]
 		}
 		if o.output == "json" {
-			return writeJSON(out, st)
+			// The sidecar's own JSON, every counter of it.
+			return writeJSON(out, raw)
 		}
 		return endpointsTable(out, st.Clusters)
 	case "secrets":
@@ -143,24 +151,32 @@ func proxyConfig(out io.Writer, what string, o *proxyConfigOptions, fetch func(m
 	return fmt.Errorf("proxy-config: no view %q", what)
 }
 
-func pick(what string, cfg *config.Config) any {
+// rawPart writes the part of a /config_dump (the sidecar's config, as
+// it serves it) that a view shows: its clusters, its listeners, or each
+// listener's routes with the listener's name.
+func rawPart(out io.Writer, dump []byte, what string) error {
+	var cfg struct {
+		Clusters  json.RawMessage
+		Listeners []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(dump, &cfg); err != nil {
+		return fmt.Errorf("/config_dump: %w", err)
+	}
 	switch what {
 	case "clusters":
-		return cfg.Clusters
+		return writeJSON(out, cfg.Clusters)
 	case "listeners":
-		return cfg.Listeners
+		return writeJSON(out, cfg.Listeners)
 	}
-	type route struct {
-		Listener string
-		config.Route
+	type listenerRoutes struct {
+		Listener json.RawMessage `json:"listener"`
+		Routes   json.RawMessage `json:"routes"`
 	}
-	var rs []route
+	var rs []listenerRoutes
 	for _, l := range cfg.Listeners {
-		for _, r := range l.Routes {
-			rs = append(rs, route{l.Name, r})
-		}
+		rs = append(rs, listenerRoutes{l["Name"], l["Routes"]})
 	}
-	return rs
+	return writeJSON(out, rs)
 }
 
 func writeJSON(out io.Writer, v any) error {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -17,16 +18,16 @@ import (
 	"github.com/meshlet-dev/meshlet/webhook"
 )
 
-// MonitoringPort is the control plane's monitoring port (istiod's
-// 15014), where /debug/syncz is served.
-const MonitoringPort = 15014
+// DebugPort is the control plane's loopback debug port (istiod's 8080),
+// where /debug/syncz is served; a port-forward reaches it.
+const DebugPort = 8080
 
 // proxyStatus is one row of proxy-status: a sidecar stream, the
 // control-plane pod serving it ("" for a meshed pod no control plane
 // serves).
 type proxyStatus struct {
 	syncz.ProxySync
-	ControlPlane string `json:"control_plane"`
+	ControlPlane string `json:"control_plane,omitempty"`
 }
 
 func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
@@ -51,26 +52,18 @@ func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) e
 		}
 		var rows []proxyStatus
 		var errs []string
+		read := 0
 		for _, p := range cps.Items {
 			if p.Status.Phase != corev1.PodRunning {
+				errs = append(errs, fmt.Sprintf("control plane %s is %s", p.Name, p.Status.Phase))
 				continue
 			}
-			fetch, stop, err := k.forward(ctx, p.Namespace, p.Name, MonitoringPort)
+			syncs, err := readSyncz(ctx, k, p)
 			if err != nil {
 				errs = append(errs, err.Error())
 				continue
 			}
-			b, err := fetch("GET", "/debug/syncz")
-			stop()
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("control plane %s: %v", p.Name, err))
-				continue
-			}
-			var syncs []syncz.ProxySync
-			if err := json.Unmarshal(b, &syncs); err != nil {
-				errs = append(errs, fmt.Sprintf("control plane %s: /debug/syncz: %v", p.Name, err))
-				continue
-			}
+			read++
 			for _, s := range syncs {
 				rows = append(rows, proxyStatus{ProxySync: s, ControlPlane: p.Name + "." + p.Namespace})
 			}
@@ -78,11 +71,20 @@ func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) e
 		if len(cps.Items) == 0 {
 			errs = append(errs, fmt.Sprintf("no control-plane pod in %s with %s", *ns, *selector))
 		}
-		// Meshed pods that no control plane serves.
-		if pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {
-			rows = append(rows, unconnected(pods.Items, rows)...)
+		// Meshed pods without a stream: NOT CONNECTED, or UNKNOWN when a
+		// control-plane pod could not be read (it may serve them).
+		state := syncz.NotConnected
+		if read < len(cps.Items) {
+			state = syncz.Unknown
 		}
-		slices.SortFunc(rows, func(a, b proxyStatus) int { return strings.Compare(a.Proxy, b.Proxy) })
+		if pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {
+			rows = append(rows, unconnected(pods.Items, rows, state)...)
+		} else {
+			errs = append(errs, "list the meshed pods: "+err.Error())
+		}
+		slices.SortFunc(rows, func(a, b proxyStatus) int {
+			return cmp.Or(strings.Compare(a.Proxy, b.Proxy), strings.Compare(a.ControlPlane, b.ControlPlane))
+		})
 		var werr error
 		if *output == "json" {
 			werr = writeJSON(out, rows)
@@ -99,9 +101,28 @@ func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) e
 	}
 }
 
+// readSyncz reads a control-plane pod's /debug/syncz through a
+// port-forward to its debug port.
+func readSyncz(ctx context.Context, k *kube, p corev1.Pod) ([]syncz.ProxySync, error) {
+	fetch, stop, err := k.forward(ctx, p.Namespace, p.Name, DebugPort)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	b, err := fetch("GET", "/debug/syncz")
+	if err != nil {
+		return nil, fmt.Errorf("control plane %s: %v", p.Name, err)
+	}
+	var syncs []syncz.ProxySync
+	if err := json.Unmarshal(b, &syncs); err != nil {
+		return nil, fmt.Errorf("control plane %s: /debug/syncz: %v", p.Name, err)
+	}
+	return syncs, nil
+}
+
 // unconnected are the running pods with the meshlet sidecar whose node
-// id (POD.NAMESPACE) has no stream in rows.
-func unconnected(pods []corev1.Pod, rows []proxyStatus) []proxyStatus {
+// id (POD.NAMESPACE) has no stream in rows, in state.
+func unconnected(pods []corev1.Pod, rows []proxyStatus, state string) []proxyStatus {
 	seen := map[string]bool{}
 	for _, r := range rows {
 		seen[r.Proxy] = true
@@ -111,7 +132,7 @@ func unconnected(pods []corev1.Pod, rows []proxyStatus) []proxyStatus {
 		if p.Status.Phase != corev1.PodRunning || !hasSidecar(p) || seen[p.Name+"."+p.Namespace] {
 			continue
 		}
-		out = append(out, proxyStatus{ProxySync: syncz.ProxySync{Proxy: p.Name + "." + p.Namespace}})
+		out = append(out, proxyStatus{ProxySync: syncz.ProxySync{Proxy: p.Name + "." + p.Namespace, State: state}})
 	}
 	return out
 }
@@ -136,7 +157,7 @@ func proxyStatusTable(out io.Writer, rows []proxyStatus, now time.Time) error {
 			for range syncTypes {
 				row = append(row, "-")
 			}
-			cells = append(cells, append(row, "NOT CONNECTED", "-", "-"))
+			cells = append(cells, append(row, r.State, "-", "-"))
 			continue
 		}
 		for _, t := range syncTypes {
@@ -151,6 +172,9 @@ func proxyStatusTable(out io.Writer, rows []proxyStatus, now time.Time) error {
 		nack := "-"
 		if n := r.LastNACK; n != nil {
 			nack = fmt.Sprintf("%s %s ago: %s", n.Type, now.Sub(n.At).Round(time.Second), n.Message)
+			if n.Superseded {
+				nack += " (of an older version)"
+			}
 		}
 		cells = append(cells, append(row, r.ControlPlane, r.ControlPlaneVersion, nack))
 	}

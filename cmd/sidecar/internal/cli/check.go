@@ -34,13 +34,20 @@ func nodeChecks() []preflight.Result {
 
 // checkCgroup2 reports whether the node runs the unified (v2) cgroup
 // hierarchy, decided as the kubelet and runc decide it (the file system
-// type of /sys/fs/cgroup), and, on a hybrid host, where its v2 mount is:
+// type of /sys/fs/cgroup, or in a pod of the node's, mounted at
+// MESHLET_HOST_CGROUP), and, on a hybrid host, where its v2 mount is:
 // the redirect attaches to the pod's cgroup there.
 func checkCgroup2() preflight.Result {
 	r := preflight.Result{Check: "cgroup v2 (the unified hierarchy)"}
+	root, what := "/sys/fs/cgroup", "/sys/fs/cgroup"
+	if host := os.Getenv("MESHLET_HOST_CGROUP"); host != "" {
+		// In a pod (an injected sidecar, or meshletctl check -probe): the
+		// node's /sys/fs/cgroup, mounted there, is what the redirect uses.
+		root, what = host, "the node's /sys/fs/cgroup (at "+host+")"
+	}
 	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/cgroup", &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		r.Status, r.Detail = preflight.OK, "/sys/fs/cgroup is the unified hierarchy"
+	if err := unix.Statfs(root, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		r.Status, r.Detail = preflight.OK, what+" is the unified hierarchy"
 		return r
 	}
 	dir, err := bpf.Cgroup2Mount()
@@ -49,7 +56,7 @@ func checkCgroup2() preflight.Result {
 		return r
 	}
 	r.Status = preflight.Warn
-	r.Detail = fmt.Sprintf("a hybrid host: cgroup v1 at /sys/fs/cgroup, v2 at %s. The redirect works there, but the kubelet runs the node as cgroup v1, which from Kubernetes 1.35 it refuses unless failCgroupV1 is false (v1 is in maintenance mode)", dir)
+	r.Detail = fmt.Sprintf("a hybrid host: cgroup v1 at %s, v2 at %s. The redirect works there, but the kubelet runs the node as cgroup v1, which from Kubernetes 1.35 it refuses unless failCgroupV1 is false (v1 is in maintenance mode)", what, dir)
 	return r
 }
 

@@ -59,8 +59,11 @@ starts the app only then.`},
 the Linux release (5.15 or later; 6.5 or later for the sidecar to drop
 root after attaching), the unified cgroup hierarchy, and that every eBPF
 program it attaches loads through this kernel's verifier (as root, as the
-sidecar's start runs; skipped otherwise). Prints one line per check and
-fails if one failed. The cluster-wide counterpart is meshletctl check.`},
+sidecar's start runs; skipped otherwise). In a pod, MESHLET_HOST_CGROUP
+names where the node's /sys/fs/cgroup is mounted, as the injector mounts
+it. Prints one line per check and fails if one failed. The cluster-wide
+counterpart, which runs this on every node in a probe pod, is meshletctl
+check -probe.`},
 			{Name: "lb simulate", Args: "[scenario.yaml]", Flags: simulateFlags,
 				Summary: "run a load-balancing scenario through the real engine",
 				Doc: `Reads a scenario (hosts per zone and priority with their health, the
