@@ -139,6 +139,10 @@ func checkMeshletctl(t *testing.T, c *Cluster, client corev1.Pod, inj corev1.Pod
 		!strings.Contains(strings.Join(tableRows(out)["sds:default"], " "), "spiffe://cluster.local/ns/shop/sa/default") {
 		t.Errorf("meshletctl proxy-config secrets: %v\n%s", err, out)
 	}
+	// A pod outside the mesh (the injector's) is refused, saying so.
+	if out, err := run("proxy-config", "clusters", inj.Name+"."+inj.Namespace); err == nil || !strings.Contains(out, "not in the mesh") {
+		t.Errorf("meshletctl proxy-config clusters on the injector's pod: %v\n%s", err, out)
+	}
 	for _, view := range []string{"clusters", "routes", "listeners", "log"} {
 		if out, err := run("proxy-config", view, client.Name+".shop"); err != nil {
 			t.Errorf("meshletctl proxy-config %s: %v\n%s", view, err, out)
@@ -146,12 +150,14 @@ func checkMeshletctl(t *testing.T, c *Cluster, client corev1.Pod, inj corev1.Pod
 	}
 
 	// check: installed, the webhook reached through a dry run, each node probed.
-	out, err = run("check", "-installed", "-webhook-namespace", "shop", "-probe", "-probe-image", c.Images.Sidecar, "-probe-timeout", "90s")
+	// The probe pods run the image the webhook injects (the suite's
+	// registry's sidecar), found through the dry run.
+	out, err = run("check", "-installed", "-webhook-namespace", "shop", "-probe", "-probe-timeout", "90s")
 	t.Logf("meshletctl check -installed -probe:\n%s", out)
 	if err != nil {
 		t.Errorf("meshletctl check -installed -probe: %v", err)
 	}
-	if !strings.Contains(out, "ok    webhook: a dry-run pod in shop is injected") {
+	if !strings.Contains(out, "ok    webhook: a dry-run pod in shop is injected: injected meshlet-proxy ("+c.Images.Sidecar+")") {
 		t.Errorf("check: the webhook's dry run did not pass")
 	}
 	// Each node's probe passed (warn on a hybrid cgroup v1/v2 host such

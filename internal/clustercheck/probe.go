@@ -20,8 +20,9 @@ import (
 // WebhookReach creates a Pod with dryRun=All in namespace ns, labelled
 // meshlet.io/inject=true: the API server sends it through the admission
 // webhooks and persists nothing, so the answer shows whether the
-// injector is reachable and injects. The pod's image is never pulled.
-func WebhookReach(ctx context.Context, client kubernetes.Interface, ns string) preflight.Result {
+// injector is reachable and injects. The pod's image is never pulled. It
+// also returns the sidecar image the webhook injected ("" if none).
+func WebhookReach(ctx context.Context, client kubernetes.Interface, ns string) (preflight.Result, string) {
 	r := preflight.Result{Check: "webhook: a dry-run pod in " + ns + " is injected"}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "meshlet-check-", Labels: map[string]string{webhook.PodLabel: "true"}},
@@ -32,16 +33,16 @@ func WebhookReach(ctx context.Context, client kubernetes.Interface, ns string) p
 	got, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		r.Status, r.Detail = preflight.Fail, "dry-run create: "+err.Error()
-		return r
+		return r, ""
 	}
 	for _, c := range append(got.Spec.InitContainers, got.Spec.Containers...) {
 		if c.Name == webhook.ProxyContainer {
 			r.Status, r.Detail = preflight.OK, fmt.Sprintf("injected %s (%s) in %s", c.Name, c.Image, time.Since(start).Round(time.Millisecond))
-			return r
+			return r, c.Image
 		}
 	}
 	r.Status, r.Detail = preflight.Fail, "admitted without the sidecar: the webhook was not called (namespace excluded, or the webhook configuration missing) or it declined"
-	return r
+	return r, ""
 }
 
 // ProbeOptions configure NodeProbes.

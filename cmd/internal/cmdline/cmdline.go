@@ -199,6 +199,11 @@ func (p *Program) exec(c *Command, args []string, out io.Writer, getenv func(str
 		return &UsageError{fmt.Errorf("%s: unexpected argument %q%s", c.Name, fs.Arg(0), hint), p.commandUsage(c, fs)}
 	}
 	err := run(out)
+	if errors.Is(err, flag.ErrHelp) {
+		// A command that parses flags after its arguments met -h there.
+		_, err := io.WriteString(out, p.commandUsage(c, fs))
+		return err
+	}
 	if bu := (*badUsage)(nil); errors.As(err, &bu) {
 		return &UsageError{fmt.Errorf("%s: %w", c.Name, bu.err), p.commandUsage(c, fs)}
 	}

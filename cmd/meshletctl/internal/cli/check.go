@@ -27,8 +27,8 @@ func checkFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 	fs.StringVar(&o.ReleaseNamespace, "release-namespace", "default", "the `NAMESPACE` helm install runs in (helm -n), where Helm keeps the release's Secret.")
 	webhookNS := fs.String("webhook-namespace", "default", "the `NAMESPACE` of -installed's dry-run pod (labelled meshlet.io/inject=true; nothing is created).")
 	probe := fs.Bool("probe", false, "run the sidecar image's own check (eBPF programs, cgroup v2, kernel) in a short-lived pod on every node.")
-	po := clustercheck.ProbeOptions{Image: webhook.DefaultImage, PullPolicy: corev1.PullIfNotPresent, Timeout: 2 * time.Minute}
-	fs.StringVar(&po.Image, "probe-image", po.Image, "the sidecar `IMAGE` the probe pods run.")
+	po := clustercheck.ProbeOptions{PullPolicy: corev1.PullIfNotPresent, Timeout: 2 * time.Minute}
+	fs.StringVar(&po.Image, "probe-image", "", "the sidecar `IMAGE` the probe pods run. Empty: with -installed, the image the webhook injects into the dry-run pod, else "+webhook.DefaultImage+".")
 	fs.StringVar((*string)(&po.PullPolicy), "probe-pull-policy", string(po.PullPolicy), "the probe pods' imagePullPolicy `POLICY`.")
 	fs.DurationVar(&po.Timeout, "probe-timeout", po.Timeout, "how long each probe pod may take, its image pull included (`DURATION`).")
 	return func(out io.Writer) error {
@@ -42,10 +42,15 @@ func checkFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) error {
 		ctx, cancel := context.WithTimeout(sig, time.Minute+po.Timeout)
 		defer cancel()
 		results := clustercheck.Run(ctx, k.client, o)
+		injected := ""
 		if o.Installed {
-			results = append(results, clustercheck.WebhookReach(ctx, k.client, *webhookNS))
+			var r preflight.Result
+			r, injected = clustercheck.WebhookReach(ctx, k.client, *webhookNS)
+			results = append(results, r)
 		}
 		if *probe {
+			// The image the cluster's sidecars run, unless told otherwise.
+			po.Image = cmp.Or(po.Image, injected, webhook.DefaultImage)
 			po.Namespace = cmp.Or(*probeNS, o.Namespace)
 			results = append(results, clustercheck.NodeProbes(ctx, k.client, po)...)
 		}

@@ -8,6 +8,7 @@ package cli
 
 import (
 	"cmp"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -154,7 +155,9 @@ func positional(fs *flag.FlagSet, what string) (string, error) {
 		return "", cmdline.Usagef("need %s", what)
 	}
 	arg := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
+	if err := fs.Parse(fs.Args()[1:]); errors.Is(err, flag.ErrHelp) {
+		return "", err // the command's help
+	} else if err != nil {
 		return "", cmdline.Usagef("%v", err)
 	}
 	if fs.NArg() > 0 {

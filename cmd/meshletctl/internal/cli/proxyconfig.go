@@ -19,6 +19,7 @@ import (
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/lb"
+	"github.com/meshlet-dev/meshlet/webhook"
 )
 
 // AdminPort is the sidecar's admin port (Envoy's and Istio's 15000),
@@ -58,8 +59,12 @@ func proxyConfigFlags(fs *flag.FlagSet, what string, extra func(*flag.FlagSet, *
 		name, ns := podArg(arg, o.namespace, k.namespace)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := k.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		pod, err := k.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
 			return fmt.Errorf("pod %s/%s: %w", ns, name, err)
+		}
+		if !hasSidecar(*pod) {
+			return fmt.Errorf("pod %s/%s has no %s container: it is not in the mesh", ns, name, webhook.ProxyContainer)
 		}
 		fetch, stop, err := k.forward(ctx, ns, name, AdminPort)
 		if err != nil {

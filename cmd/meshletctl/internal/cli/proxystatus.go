@@ -51,13 +51,15 @@ func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) e
 			return fmt.Errorf("control-plane pods in %s (%s): %w", *ns, *selector, err)
 		}
 		var rows []proxyStatus
-		var errs []string
-		read := 0
+		var errs, idle []string
+		running, read := 0, 0
 		for _, p := range cps.Items {
 			if p.Status.Phase != corev1.PodRunning {
-				errs = append(errs, fmt.Sprintf("control plane %s is %s", p.Name, p.Status.Phase))
+				// A rollout's pending or finished pod serves no sidecar.
+				idle = append(idle, fmt.Sprintf("%s is %s", p.Name, p.Status.Phase))
 				continue
 			}
+			running++
 			syncs, err := readSyncz(ctx, k, p)
 			if err != nil {
 				errs = append(errs, err.Error())
@@ -68,13 +70,13 @@ func proxyStatusFlags(fs *flag.FlagSet, _ func(string) string) func(io.Writer) e
 				rows = append(rows, proxyStatus{ProxySync: s, ControlPlane: p.Name + "." + p.Namespace})
 			}
 		}
-		if len(cps.Items) == 0 {
-			errs = append(errs, fmt.Sprintf("no control-plane pod in %s with %s", *ns, *selector))
+		if running == 0 {
+			errs = append(errs, fmt.Sprintf("no running control-plane pod in %s with %s %v", *ns, *selector, idle))
 		}
 		// Meshed pods without a stream: NOT CONNECTED, or UNKNOWN when a
 		// control-plane pod could not be read (it may serve them).
 		state := syncz.NotConnected
-		if read < len(cps.Items) {
+		if read < running {
 			state = syncz.Unknown
 		}
 		if pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {

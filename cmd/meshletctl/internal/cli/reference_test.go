@@ -26,6 +26,7 @@ func TestExitCodes(t *testing.T) {
 		{Args: []string{"help", "proxy-config"}, Code: 0, Stdout: "proxy-config endpoints"},
 		{Args: []string{"proxy-config", "endpoints", "-help"}, Code: 0, Stdout: "-cluster NAME"},
 		{Args: []string{"proxy-config", "endpoints"}, Code: 2, Stderr: "need POD[.NAMESPACE]"},
+		{Args: []string{"proxy-config", "endpoints", "web-0.shop", "-h"}, Code: 0, Stdout: "-cluster NAME"},
 		{Args: []string{"proxy-config", "routes", "a", "b"}, Code: 2, Stderr: `unexpected argument "b"`},
 		{Args: []string{"proxy-config", "nothing"}, Code: 2, Stderr: `unknown command "nothing"`},
 		{Args: []string{"inject"}, Code: 2, Stderr: "need -f FILE"},
