@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
@@ -36,49 +36,18 @@ var (
 // testCA is a mesh CA whose clock is skewed by skew.
 func testCA(t testing.TB, skew time.Duration) *mtls.CA {
 	t.Helper()
-	td := spiffeid.RequireTrustDomainFromString("cluster.local")
-	clock := func() time.Time { return time.Now().Add(skew) }
-	m, err := mtls.GenerateCAMaterial(mtls.CAOptions{TrustDomain: td, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := mtls.NewCA(td, m, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
+	return testtool.MeshCA(t, spiffeid.RequireTrustDomainFromString("cluster.local"), func() time.Time { return time.Now().Add(skew) })
 }
 
 func issueCert(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) ([]*x509.Certificate, crypto.Signer) {
 	t.Helper()
-	key, err := mtls.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csrPEM, err := mtls.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := mtls.ParseCSR(csrPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, err := ca.SignCSR(csr, id, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return chain, key
+	return testtool.Issue(t, ca, id, ttl)
 }
 
 // identity is a store holding a certificate for id from ca, trusting ca.
 func identity(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) *mtls.Store {
 	t.Helper()
-	chain, key := issueCert(t, ca, id, ttl)
-	s := mtls.NewStore()
-	if _, _, err := s.Update(mtls.Update{Chain: chain, Key: key, Bundles: []*x509bundle.Bundle{ca.Bundle()}}); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testtool.IdentityStore(t, ca, id, ttl)
 }
 
 // tcpEcho serves a line-echo app on ip:0 ("echo: <line>").

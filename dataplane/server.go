@@ -832,24 +832,6 @@ func (s *Server) Shutdown() {
 	}
 }
 
-// setTracer starts the span exporter of cfg, replacing old's when the
-// collector or the resource changed (the old one uploads what it holds
-// in the background), and stops it when tracing was turned off.
-func (s *Server) setTracer(old, cfg *config.Config) {
-	if old != nil && old.Tracing != nil && cfg.Tracing != nil && old.Tracing.Endpoint == cfg.Tracing.Endpoint &&
-		reflect.DeepEqual(tracingResource(old), tracingResource(cfg)) {
-		return
-	}
-	var next *spans.Exporter
-	if cfg.Tracing != nil {
-		next = spans.New(spans.Options{Endpoint: cfg.Tracing.Endpoint, Resource: tracingResource(cfg), Logger: s.log,
-			Interval: s.opts.TraceFlushInterval, Counters: &s.spanCounts})
-	}
-	if prev := s.tracer.Swap(next); prev != nil {
-		go prev.Close()
-	}
-}
-
 // Done is closed when the server has stopped (after Shutdown or
 // /quitquitquit).
 func (s *Server) Done() <-chan struct{} { return s.mainDone }

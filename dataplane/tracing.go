@@ -3,6 +3,7 @@ package dataplane
 import (
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 	"unsafe"
@@ -178,6 +179,24 @@ func (w *worker) endTrace(st *state, info connInfo, req *http.Request, sw *statu
 }
 
 // tracingResource is the spans' resource: the service and the instance
+// setTracer starts the span exporter of cfg, replacing old's when the
+// collector or the resource changed (the old one uploads what it holds
+// in the background), and stops it when tracing was turned off.
+func (s *Server) setTracer(old, cfg *config.Config) {
+	if old != nil && old.Tracing != nil && cfg.Tracing != nil && old.Tracing.Endpoint == cfg.Tracing.Endpoint &&
+		reflect.DeepEqual(tracingResource(old), tracingResource(cfg)) {
+		return
+	}
+	var next *spans.Exporter
+	if cfg.Tracing != nil {
+		next = spans.New(spans.Options{Endpoint: cfg.Tracing.Endpoint, Resource: tracingResource(cfg), Logger: s.log,
+			Interval: s.opts.TraceFlushInterval, Counters: &s.spanCounts})
+	}
+	if prev := s.tracer.Swap(next); prev != nil {
+		go prev.Close()
+	}
+}
+
 // (the node id: pod.namespace in a pod), and the zone where known.
 func tracingResource(cfg *config.Config) map[string]string {
 	m := map[string]string{"service.name": cfg.Tracing.ServiceName, "telemetry.sdk.name": "meshlet", "telemetry.sdk.language": "go"}

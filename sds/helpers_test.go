@@ -16,6 +16,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	authv1 "k8s.io/api/authentication/v1"
 
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 	"github.com/meshlet-dev/meshlet/sds"
 	"github.com/meshlet-dev/meshlet/sds/internal/fakekube"
@@ -71,16 +72,7 @@ const testServerName = "meshlet-sds.test"
 
 func newTestCA(t testing.TB) *mtls.CA {
 	t.Helper()
-	td := spiffeid.RequireTrustDomainFromString("cluster.local")
-	m, err := mtls.GenerateCAMaterial(mtls.CAOptions{TrustDomain: td})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := mtls.NewCA(td, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
+	return testtool.MeshCA(t, spiffeid.RequireTrustDomainFromString("cluster.local"), nil)
 }
 
 // startControlPlane serves SDS over TLS on addr ("127.0.0.1:0" for any port).

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 	"github.com/meshlet-dev/meshlet/sds"
 )
@@ -141,23 +142,7 @@ func response(t *testing.T, version, nonce string, secrets ...*tlsv3.Secret) *di
 // svid issues a key and chain from ca, SPIRE style (any path in the domain).
 func svid(t *testing.T, ca *mtls.CA, id string, ttl time.Duration) ([]*x509.Certificate, crypto.Signer) {
 	t.Helper()
-	key, err := mtls.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csrPEM, err := mtls.NewCSR(key, spiffeid.RequireFromString(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := mtls.ParseCSR(csrPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, err := ca.SignCSR(csr, spiffeid.RequireFromString(id), ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return chain, key
+	return testtool.Issue(t, ca, spiffeid.RequireFromString(id), ttl)
 }
 
 func caFor(t *testing.T, td string, skew time.Duration) *mtls.CA {

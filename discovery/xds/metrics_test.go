@@ -2,7 +2,6 @@ package xds
 
 import (
 	"testing"
-	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -42,13 +41,8 @@ func gather(t *testing.T, c prometheus.Collector) map[string]map[string]*dto.Met
 // type, a NACK by type, and a route change reaching the sidecar observes
 // its convergence time.
 func TestMetrics(t *testing.T) {
-	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
-		for _, svc := range shop() {
-			s.UpsertService(svc)
-		}
-		s.UpsertHTTPRoute(route)
-	})
+	route := echoRoute()
+	cp := startShop(t, route)
 	c := startDeltaClient(t, cp.addr, "client-0.web")
 	cds := c.next(t, resource.ClusterType)
 	c.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{echo80}})

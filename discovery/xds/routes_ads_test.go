@@ -90,18 +90,32 @@ func routeConfigs(t *testing.T, r *discoveryv3.DeltaDiscoveryResponse) map[strin
 	return out
 }
 
+// echoRoute is an HTTPRoute on the echo Service's port 80 to v1.
+func echoRoute() *gatewayv1.HTTPRoute {
+	return httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
+}
+
+// startShop starts a control plane (10 ms debounce) with the shop's
+// Services and routes.
+func startShop(t *testing.T, routes ...*gatewayv1.HTTPRoute) *controlPlane {
+	t.Helper()
+	return startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
+		for _, svc := range shop() {
+			s.UpsertService(svc)
+		}
+		for _, r := range routes {
+			s.UpsertHTTPRoute(r)
+		}
+	})
+}
+
 // TestRoutesOverADS: over a real delta ADS stream, a sidecar finds the
 // RouteConfiguration's name in its cluster's metadata, subscribes to it
 // and receives it; a change of the route pushes that RouteConfiguration
 // again, and no cluster; so does a GRPCRoute taking the port.
 func TestRoutesOverADS(t *testing.T) {
-	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
-		for _, svc := range shop() {
-			s.UpsertService(svc)
-		}
-		s.UpsertHTTPRoute(route)
-	})
+	route := echoRoute()
+	cp := startShop(t, route)
 	c := startDeltaClient(t, cp.addr, "client-0.web")
 	cds := c.next(t, resource.ClusterType)
 	names := map[string]string{}

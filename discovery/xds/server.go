@@ -1,7 +1,5 @@
-// This file is over 600 lines: the model's rebuild and translation, each
-// proxy's snapshot and the ADS stream callbacks (open, request, NACK,
-// close) share one lock-guarded state: the proxies, their localities and
-// what each stream was sent.
+// The server: the model's rebuild and translation and each proxy's
+// snapshot, under one lock (the ADS streams' own state is streams.go's).
 
 package xds
 
@@ -14,21 +12,16 @@ import (
 	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/meshlet-dev/meshlet/discovery/syncz"
 	"github.com/meshlet-dev/meshlet/lb"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
@@ -181,17 +174,6 @@ type proxyState struct {
 	// pendingSince is the first change not yet in a snapshot the
 	// sidecar was given (pilot_proxy_convergence_time).
 	pendingSince time.Time
-}
-
-// streamState is one xDS stream.
-type streamState struct {
-	namespace, serviceAccount string
-	authenticated             bool
-	node                      string
-	delta                     bool
-	opened                    time.Time
-	types                     map[string]*typeState // by type URL
-	lastNACK                  *syncz.NACK
 }
 
 // NewServer returns a server; Register it on a gRPC server and Run it.
@@ -564,165 +546,4 @@ func (s *Server) forgetLocked(nodeID string) {
 	delete(s.proxies, nodeID)
 	s.cache.ClearSnapshot(nodeID)
 	s.publish.Add(nodeID)
-}
-
-// callbacks hook the server into go-control-plane's stream handling.
-func (s *Server) callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			return s.streamOpen(ctx, id, false)
-		},
-		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			return s.streamOpen(ctx, id, true)
-		},
-		StreamClosedFunc: func(id int64, _ *corev3.Node) { s.streamClosed(id) },
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.streamClosed(id)
-		},
-		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail()); err != nil {
-				return err
-			}
-			if req.GetErrorDetail() != nil {
-				s.parkNACK(id, req)
-			}
-			return nil
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-			s.metrics.push(resp.GetTypeUrl())
-			s.responded(id, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
-		},
-		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail())
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			s.metrics.push(resp.GetTypeUrl())
-			s.responded(id, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
-		},
-	}
-}
-
-// responded records a response sent on stream id (Syncz).
-func (s *Server) responded(id int64, typeURL, version, nonce string) {
-	s.smu.Lock()
-	if st := s.streams[id]; st != nil {
-		st.responded(typeURL, version, nonce)
-	}
-	s.smu.Unlock()
-}
-
-// streamOpen authenticates a stream.
-func (s *Server) streamOpen(ctx context.Context, id int64, delta bool) error {
-	st := &streamState{types: map[string]*typeState{}, delta: delta, opened: time.Now()}
-	if a := s.opts.Authenticator; a != nil {
-		ns, sa, err := a.Authenticate(ctx)
-		if err != nil {
-			s.mu.Lock()
-			s.stats.Unauthenticated++
-			s.mu.Unlock()
-			s.log.Warn("xds stream refused", "stream", id, "error", err)
-			return status.Errorf(codes.Unauthenticated, "xds: stream refused: %v", err)
-		}
-		st.namespace, st.serviceAccount, st.authenticated = ns, sa, true
-	}
-	s.smu.Lock()
-	s.streams[id] = st
-	s.smu.Unlock()
-	return nil
-}
-
-// streamRequest binds a stream to its node on the first request and
-// registers the sidecar; it records ACKs and NACKs of the response with
-// nonce (Syncz) and logs NACKs.
-func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce, version string, nack *rpcstatus.Status) error {
-	s.smu.Lock()
-	st := s.streams[id]
-	if st == nil {
-		s.smu.Unlock()
-		return status.Error(codes.Internal, "xds: unknown stream")
-	}
-	first := st.node == ""
-	if first {
-		if node.GetId() == "" {
-			s.smu.Unlock()
-			return status.Error(codes.InvalidArgument, "xds: the first request must carry node.id")
-		}
-		st.node = node.GetId()
-	} else if node.GetId() != "" && node.GetId() != st.node {
-		s.smu.Unlock()
-		return status.Errorf(codes.InvalidArgument, "xds: node id changed from %q to %q on one stream", st.node, node.GetId())
-	}
-	if nack != nil {
-		msg := nack.GetMessage()
-		st.requested(typeURL, nonce, version, &msg, time.Now())
-	} else {
-		st.requested(typeURL, nonce, version, nil, time.Now())
-	}
-	nodeID, ns, authn := st.node, st.namespace, st.authenticated
-	s.smu.Unlock()
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if nack != nil {
-		s.stats.NACKs++
-		s.metrics.reject(typeURL)
-		s.log.Warn("sidecar rejected a response", "node", nodeID, "type", typeURL, "error", nack.GetMessage())
-	}
-	if !first {
-		return nil
-	}
-	p := s.proxy(nodeID)
-	if authn && p.info.LocalService.Namespace != "" && p.info.LocalService.Namespace != ns {
-		s.stats.Denied++
-		if p.streams == 0 && !p.registered {
-			delete(s.proxies, nodeID)
-		}
-		s.smu.Lock()
-		st.node = "" // not counted in streamClosed
-		s.smu.Unlock()
-		return status.Errorf(codes.PermissionDenied, "xds: node %q belongs to namespace %q, stream authenticated for %q",
-			nodeID, p.info.LocalService.Namespace, ns)
-	}
-	p.streams++
-	if l := node.GetLocality(); l != nil {
-		p.reported = lb.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
-	}
-	s.publish.Add(nodeID)
-	return nil
-}
-
-// parkNACK makes a state-of-the-world NACK of the latest response wait
-// for the next snapshot: go-control-plane would otherwise answer the
-// NACK (which restates the last accepted version) with the rejected
-// version again, and again.
-func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
-	s.smu.Lock()
-	defer s.smu.Unlock()
-	st := s.streams[id]
-	if st == nil {
-		return
-	}
-	if last := st.types[req.GetTypeUrl()]; last != nil && last.nonce != "" && last.nonce == req.GetResponseNonce() {
-		req.VersionInfo = last.sent
-	}
-}
-
-// streamClosed forgets a stream, and its sidecar when nothing else holds it.
-func (s *Server) streamClosed(id int64) {
-	s.smu.Lock()
-	st := s.streams[id]
-	delete(s.streams, id)
-	s.smu.Unlock()
-	if st == nil || st.node == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.proxies[st.node]
-	if !ok {
-		return
-	}
-	if p.streams--; p.streams <= 0 && !p.registered {
-		s.forgetLocked(st.node)
-	}
 }

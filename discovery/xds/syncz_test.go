@@ -33,13 +33,8 @@ func typeSync(s *Server, typ string) (syncz.TypeSync, *syncz.NACK) {
 // SYNCED, a response not yet acknowledged STALE, a rejected one NACKED
 // with the sidecar's message.
 func TestSyncz(t *testing.T) {
-	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
-		for _, svc := range shop() {
-			s.UpsertService(svc)
-		}
-		s.UpsertHTTPRoute(route)
-	})
+	route := echoRoute()
+	cp := startShop(t, route)
 	c := startDeltaClient(t, cp.addr, "client-0.web")
 	cds := c.next(t, resource.ClusterType)
 	waitFor(t, "cds SYNCED", func() bool {
@@ -102,11 +97,7 @@ func TestSyncz(t *testing.T) {
 // so a subscription change after a NACK (still the old version) must not
 // read as an ACK of the rejected one.
 func TestSynczSotW(t *testing.T) {
-	cp := startControlPlane(t, "127.0.0.1:0", Options{Debounce: 10 * time.Millisecond}, func(s *Server) {
-		for _, svc := range shop() {
-			s.UpsertService(svc)
-		}
-	})
+	cp := startShop(t)
 	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

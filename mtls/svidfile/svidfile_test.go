@@ -20,6 +20,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
 
@@ -27,16 +28,7 @@ var webID = spiffeid.RequireFromString("spiffe://cluster.local/ns/prod/sa/web")
 
 func testCA(t testing.TB) *mtls.CA {
 	t.Helper()
-	td := spiffeid.RequireTrustDomainFromString("cluster.local")
-	m, err := mtls.GenerateCAMaterial(mtls.CAOptions{TrustDomain: td})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := mtls.NewCA(td, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
+	return testtool.MeshCA(t, spiffeid.RequireTrustDomainFromString("cluster.local"), nil)
 }
 
 // svid is one set of identity files' content.
@@ -48,22 +40,7 @@ type svid struct {
 
 func issue(t testing.TB, ca *mtls.CA, id spiffeid.ID, ttl time.Duration) svid {
 	t.Helper()
-	key, err := mtls.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csrPEM, err := mtls.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := mtls.ParseCSR(csrPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, err := ca.SignCSR(csr, id, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	chain, key := testtool.Issue(t, ca, id, ttl)
 	return svid{chain: chain, key: key, ca: ca}
 }
 

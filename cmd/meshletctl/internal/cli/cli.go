@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -166,28 +167,14 @@ func positional(fs *flag.FlagSet, what string) (string, error) {
 	return arg, nil
 }
 
-// table writes rows under a header, columns padded to their widest cell.
+// table writes rows under a header, columns padded to their widest cell
+// (text/tabwriter, two spaces between columns).
 func table(out io.Writer, header []string, rows [][]string) error {
-	widths := make([]int, len(header))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, r := range append([][]string{header}, rows...) {
-		for i, c := range r {
-			widths[i] = max(widths[i], len(c))
-		}
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	var b strings.Builder
-	for _, r := range append([][]string{header}, rows...) {
-		for i, c := range r {
-			if i == len(r)-1 {
-				b.WriteString(c)
-				break
-			}
-			b.WriteString(c)
-			b.WriteString(strings.Repeat(" ", widths[i]-len(c)+2))
-		}
-		b.WriteString("\n")
-	}
-	_, err := io.WriteString(out, b.String())
-	return err
+	return tw.Flush()
 }
 
 // dash is "-" for an empty cell.

@@ -190,7 +190,8 @@ func writeJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// clusterStatus and hostStatus are the sidecar's /clusters?format=json.
+// clusterStatus and hostStatus are what the endpoints table shows of the
+// sidecar's /clusters?format=json (-o json writes all of it).
 type clusterStatus struct {
 	Name         string       `json:"name"`
 	ZoneRouting  string       `json:"zone_routing_state"`
@@ -205,8 +206,6 @@ type hostStatus struct {
 	Weight      uint32      `json:"weight"`
 	Locality    lb.Locality `json:"locality"`
 	Priority    uint32      `json:"priority"`
-	RqTotal     uint64      `json:"rq_total"`
-	RqActive    int64       `json:"rq_active"`
 }
 
 func endpointsTable(out io.Writer, clusters []clusterStatus) error {

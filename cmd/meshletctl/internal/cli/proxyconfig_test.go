@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/lb"
-	"github.com/meshlet-dev/meshlet/mtls"
 )
 
 // sidecar runs a real data plane with an SDS-style identity and a
@@ -23,36 +22,8 @@ import (
 // admin port (what the port-forward gives in a cluster).
 func sidecar(t *testing.T) (func(method, path string) ([]byte, error), *slog.LevelVar) {
 	t.Helper()
-	td := spiffeid.RequireTrustDomainFromString("cluster.local")
-	m, err := mtls.GenerateCAMaterial(mtls.CAOptions{TrustDomain: td})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := mtls.NewCA(td, m, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/shop/sa/client")
-	key, err := mtls.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csrPEM, err := mtls.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := mtls.ParseCSR(csrPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, err := ca.SignCSR(csr, id, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := mtls.NewStore()
-	if _, _, err := store.Update(mtls.Update{Chain: chain, Key: key, Bundles: []*x509bundle.Bundle{ca.Bundle()}}); err != nil {
-		t.Fatal(err)
-	}
+	ca := testtool.MeshCA(t, spiffeid.RequireTrustDomainFromString("cluster.local"), nil)
+	store := testtool.IdentityStore(t, ca, spiffeid.RequireFromString("spiffe://cluster.local/ns/shop/sa/client"), 24*time.Hour)
 	zone := func(z string) lb.Locality { return lb.Locality{Region: "r1", Zone: z} }
 	cfg := &config.Config{
 		Node:  config.Node{ID: "client-0.shop", Locality: zone("zone-a")},

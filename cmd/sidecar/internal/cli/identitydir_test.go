@@ -17,6 +17,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshlet-dev/meshlet/cmd/internal/cmdline"
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/mtls"
 )
 
@@ -60,23 +61,9 @@ func TestRunIdentityDirGatesReadiness(t *testing.T) {
 		t.Fatalf("/ready %d without identity files, want 503", code)
 	}
 
-	td := spiffeid.RequireTrustDomainFromString("cluster.local")
-	m, err := mtls.GenerateCAMaterial(mtls.CAOptions{TrustDomain: td})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := mtls.NewCA(td, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testtool.MeshCA(t, spiffeid.RequireTrustDomainFromString("cluster.local"), nil)
 	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/prod/sa/web")
-	key, _ := mtls.NewKey()
-	csrPEM, _ := mtls.NewCSR(key, id)
-	csr, _ := mtls.ParseCSR(csrPEM)
-	chain, err := ca.SignCSR(csr, id, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	chain, key := testtool.Issue(t, ca, id, time.Hour)
 	keyPEM, _ := mtls.EncodePrivateKeyPEM(key)
 	otherKey, _ := mtls.NewKey()
 	otherKeyPEM, _ := mtls.EncodePrivateKeyPEM(otherKey)
