@@ -152,7 +152,7 @@ type Server struct {
 	policiesDirty bool
 
 	smu     sync.Mutex // guards streams
-	streams map[int64]*streamState
+	streams map[streamKey]*streamState
 
 	// changedAt is when the first change since the last rebuild came
 	// (zero: none); the rebuild hands it to the sidecars it queues.
@@ -203,7 +203,7 @@ func NewServer(opts Options) *Server {
 		results: map[types.NamespacedName]*translatedService{},
 		gen:     newGeneration(nil),
 		proxies: map[string]*proxyState{},
-		streams: map[int64]*streamState{},
+		streams: map[streamKey]*streamState{},
 
 		routeDirty: map[types.NamespacedName]bool{}, routeSvcDirty: map[types.NamespacedName]bool{},
 		routeResults: map[types.NamespacedName]*parentRoutes{}, consumerNS: map[string]bool{},

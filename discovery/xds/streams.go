@@ -35,44 +35,51 @@ type streamState struct {
 	lastNACK                  *syncz.NACK
 }
 
+// streamKey names a stream: go-control-plane numbers its state-of-the-
+// world and its delta streams each from 1, so an id alone is ambiguous.
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
 // callbacks hook the server into go-control-plane's stream handling.
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			return s.streamOpen(ctx, id, false)
+			return s.streamOpen(ctx, streamKey{false, id})
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			return s.streamOpen(ctx, id, true)
+			return s.streamOpen(ctx, streamKey{true, id})
 		},
-		StreamClosedFunc: func(id int64, _ *corev3.Node) { s.streamClosed(id) },
+		StreamClosedFunc: func(id int64, _ *corev3.Node) { s.streamClosed(streamKey{false, id}) },
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.streamClosed(id)
+			s.streamClosed(streamKey{true, id})
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			if err := s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail()); err != nil {
+			if err := s.streamRequest(streamKey{false, id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail()); err != nil {
 				return err
 			}
 			if req.GetErrorDetail() != nil {
-				s.parkNACK(id, req)
+				s.parkNACK(streamKey{false, id}, req)
 			}
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.metrics.push(resp.GetTypeUrl())
-			s.responded(id, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+			s.responded(streamKey{false, id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return s.streamRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail())
+			return s.streamRequest(streamKey{true, id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail())
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			s.metrics.push(resp.GetTypeUrl())
-			s.responded(id, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
+			s.responded(streamKey{true, id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
 		},
 	}
 }
 
 // responded records a response sent on stream id (Syncz).
-func (s *Server) responded(id int64, typeURL, version, nonce string) {
+func (s *Server) responded(id streamKey, typeURL, version, nonce string) {
 	s.smu.Lock()
 	if st := s.streams[id]; st != nil {
 		st.responded(typeURL, version, nonce)
@@ -81,15 +88,15 @@ func (s *Server) responded(id int64, typeURL, version, nonce string) {
 }
 
 // streamOpen authenticates a stream.
-func (s *Server) streamOpen(ctx context.Context, id int64, delta bool) error {
-	st := &streamState{types: map[string]*typeState{}, delta: delta, opened: time.Now()}
+func (s *Server) streamOpen(ctx context.Context, id streamKey) error {
+	st := &streamState{types: map[string]*typeState{}, delta: id.delta, opened: time.Now()}
 	if a := s.opts.Authenticator; a != nil {
 		ns, sa, err := a.Authenticate(ctx)
 		if err != nil {
 			s.mu.Lock()
 			s.stats.Unauthenticated++
 			s.mu.Unlock()
-			s.log.Warn("xds stream refused", "stream", id, "error", err)
+			s.log.Warn("xds stream refused", "stream", id.id, "delta", id.delta, "error", err)
 			return status.Errorf(codes.Unauthenticated, "xds: stream refused: %v", err)
 		}
 		st.namespace, st.serviceAccount, st.authenticated = ns, sa, true
@@ -103,7 +110,7 @@ func (s *Server) streamOpen(ctx context.Context, id int64, delta bool) error {
 // streamRequest binds a stream to its node on the first request and
 // registers the sidecar; it records ACKs and NACKs of the response with
 // nonce (Syncz) and logs NACKs.
-func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce, version string, nack *rpcstatus.Status) error {
+func (s *Server) streamRequest(id streamKey, node *corev3.Node, typeURL, nonce, version string, nack *rpcstatus.Status) error {
 	s.smu.Lock()
 	st := s.streams[id]
 	if st == nil {
@@ -164,7 +171,7 @@ func (s *Server) streamRequest(id int64, node *corev3.Node, typeURL, nonce, vers
 // for the next snapshot: go-control-plane would otherwise answer the
 // NACK (which restates the last accepted version) with the rejected
 // version again, and again.
-func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
+func (s *Server) parkNACK(id streamKey, req *discoveryv3.DiscoveryRequest) {
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	st := s.streams[id]
@@ -177,7 +184,7 @@ func (s *Server) parkNACK(id int64, req *discoveryv3.DiscoveryRequest) {
 }
 
 // streamClosed forgets a stream, and its sidecar when nothing else holds it.
-func (s *Server) streamClosed(id int64) {
+func (s *Server) streamClosed(id streamKey) {
 	s.smu.Lock()
 	st := s.streams[id]
 	delete(s.streams, id)
@@ -210,10 +217,9 @@ type typeState struct {
 // restates the version sent acknowledges it; a delta request carries a
 // nonce only to acknowledge or reject.
 func (st *streamState) requested(typeURL, nonce, version string, nackMsg *string, now time.Time) {
-	ts := st.types[typeURL]
+	ts := st.typeState(typeURL)
 	if ts == nil {
-		ts = &typeState{}
-		st.types[typeURL] = ts
+		return
 	}
 	if nonce == "" {
 		return // a subscription
@@ -234,12 +240,26 @@ func (st *streamState) requested(typeURL, nonce, version string, nackMsg *string
 	ts.nacked, ts.acked = false, ts.sent
 }
 
-// responded records a response sent on stream st. Called under smu.
-func (st *streamState) responded(typeURL, version, nonce string) {
+// maxStreamTypes bounds the resource types a stream's state keeps: a
+// sidecar asks for a handful, a hostile peer for any number of names.
+const maxStreamTypes = 16
+
+// typeState is the state of typeURL on st, made on first use; nil once
+// st holds maxStreamTypes others.
+func (st *streamState) typeState(typeURL string) *typeState {
 	ts := st.types[typeURL]
-	if ts == nil {
+	if ts == nil && len(st.types) < maxStreamTypes {
 		ts = &typeState{}
 		st.types[typeURL] = ts
+	}
+	return ts
+}
+
+// responded records a response sent on stream st. Called under smu.
+func (st *streamState) responded(typeURL, version, nonce string) {
+	ts := st.typeState(typeURL)
+	if ts == nil {
+		return
 	}
 	ts.sent, ts.nonce, ts.nacked = version, nonce, false
 }

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -137,4 +138,57 @@ func TestSynczSotW(t *testing.T) {
 		ts, _ := typeSync(cp.srv, "cds")
 		return ts.Status == syncz.Synced && ts.Acked == cds.GetVersionInfo()
 	})
+}
+
+// A peer that asks for any number of made-up resource types (a flood on
+// one stream) keeps at most maxStreamTypes of them in its state, and a
+// sidecar alongside is served and in sync all the while.
+func TestSynczTypeFlood(t *testing.T) {
+	cp := startShop(t, echoRoute())
+	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/flood.T%d", i), ResponseNonce: fmt.Sprint(i)}
+		if i == 0 {
+			req.Node = &corev3.Node{Id: "flood-0.web"}
+		}
+		if err := stream.Send(req); err != nil {
+			break // the server may end the stream: either way it is bounded
+		}
+	}
+	waitFor(t, "the flooding stream's state", func() bool {
+		for _, p := range cp.srv.Syncz() {
+			if p.Proxy == "flood-0.web" {
+				return len(p.Types) == maxStreamTypes
+			}
+		}
+		return false
+	})
+	// The sidecar alongside, the flooding stream still open.
+	legit := startDeltaClient(t, cp.addr, "client-0.web")
+	legit.next(t, resource.ClusterType)
+	waitFor(t, "the legitimate sidecar's cds SYNCED", func() bool {
+		for _, p := range cp.srv.Syncz() {
+			if p.Proxy == "client-0.web" {
+				for _, ts := range p.Types {
+					if ts.Type == "cds" && ts.Status == syncz.Synced {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	for _, p := range cp.srv.Syncz() {
+		if p.Proxy == "flood-0.web" && len(p.Types) > maxStreamTypes {
+			t.Errorf("the flooding stream holds %d types, want at most %d", len(p.Types), maxStreamTypes)
+		}
+	}
 }
