@@ -714,9 +714,9 @@ func (e exchangeWatch) release() bool {
 	return e.abort.Release()
 }
 
-// finish returns pc to the pool if the exchange ended cleanly (keep),
-// nothing after the response in the reader's buffer, and its context
-// watch could be stopped before it fired; else closes it.
+// finish returns pc to the pool if the exchange ended cleanly (keep) and
+// nothing is after the response in the reader's buffer, its context
+// watch stopped (or its deadline cleared, had it fired); else closes it.
 func (p *h1Pool) finish(pc *h1Conn, stop exchangeWatch, keep bool) {
 	// Bytes after a whole response answer no request: kept, they would
 	// be the next request's response. Envoy's codec fails the connection
@@ -725,7 +725,11 @@ func (p *h1Pool) finish(pc *h1Conn, stop exchangeWatch, keep bool) {
 	if extra {
 		pc.countProtocolError()
 	}
-	if !stop.release() || !keep || extra {
+	// A watch that fired as the exchange completed cut a connection at a
+	// clean boundary (it only set a past deadline): cleared, the
+	// connection is kept, as drainCancelled keeps a cancelled request's.
+	released := stop.release()
+	if !keep || extra || !released && pc.conn.SetDeadline(time.Time{}) != nil {
 		pc.conn.Close()
 		return
 	}
