@@ -18,11 +18,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/meshlet-dev/meshlet/e2e/clustersuite"
 	"github.com/meshlet-dev/meshlet/internal/testtool"
 	"github.com/meshlet-dev/meshlet/webhook"
 )
@@ -281,16 +281,12 @@ func TestRealNodesMesh(t *testing.T) {
 	t.Logf("node-a uncordoned: its new echo pod %s answers alone again within %.1f s (%d failed)", back, time.Since(t2).Seconds(), failed)
 	checkZoneWindow(t, "back in zone", clientPod.Status.PodIP, answers, "zone-a")
 
-	// STRICT mTLS and a Job. A pod whose sidecar refuses plaintext still
-	// becomes Ready: the kubelet's probes were rewritten to the sidecar's
-	// health port, which probes the app on loopback. A plaintext request
-	// from outside the mesh is refused. A Job's pod reaches it through
-	// the mesh three times and completes: the native sidecar stops once
-	// the app has exited.
-	secureSvc, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "secure"},
+	// A STRICT pod behind the Service secure, which the HTTPRoute below
+	// splits traffic to. The cluster suite checks STRICT's refusal of
+	// plaintext and a Job through the mesh, as on any cluster.
+	if _, err := c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "secure"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "secure"},
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-	if err != nil {
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	createThroughWebhook(t, "pod shop/secure-0", func() error {
@@ -301,43 +297,13 @@ func TestRealNodesMesh(t *testing.T) {
 	})
 	secure := waitPodReady(t, c, "shop", "secure-0", 90*time.Second)
 	t.Logf("STRICT pod secure-0 Ready (its rewritten readiness probe: %s)", describeProbe(secure))
-	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + secure.Status.PodIP + ":8080/"); err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == 200 {
-			t.Errorf("a plaintext request from outside the mesh reached the STRICT pod's app: %d %q", resp.StatusCode, b)
-		}
-	} else {
-		t.Logf("plaintext from outside the mesh refused: %v", err)
-	}
-	backoff := int32(0)
-	if _, err := c.Client.BatchV1().Jobs("shop").Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "once"},
-		Spec: batchv1.JobSpec{BackoffLimit: &backoff, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{app(corev1.EnvVar{Name: "TARGETS", Value: "http://" + secureSvc.Spec.ClusterIP + "/"},
-				corev1.EnvVar{Name: "COUNT", Value: "3"})}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t3 := time.Now()
-	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		job, err := c.Client.BatchV1().Jobs("shop").Get(ctx, "once", metav1.GetOptions{})
-		if err == nil && job.Status.Succeeded == 1 {
-			break
-		}
-		if err == nil && job.Status.Failed > 0 || time.Now().After(deadline) {
-			pods, _ := c.Client.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "job-name=once"})
-			for _, p := range pods.Items {
-				t.Logf("job pod %s: %s %+v\napp:\n%s\nsidecar:\n%s", p.Name, p.Status.Phase, p.Status.ContainerStatuses,
-					c.podLog(t, p, "app"), c.podLog(t, p, webhook.ProxyContainer))
-			}
-			t.Fatalf("Job once did not succeed: %+v", job.Status)
-		}
-	}
-	t.Logf("Job once: 3 GETs to the STRICT service through the mesh, completed in %.1f s (the native sidecar stopped after the app)", time.Since(t3).Seconds())
-	m := httpGet(t, "http://"+secure.Status.PodIP+":15090/stats/prometheus")
-	if !strings.Contains(m, `connection_security_policy="mutual_tls"`) {
-		t.Errorf("the STRICT pod's sidecar counted no mTLS request")
-	}
+
+	// The cluster suite, exactly as make e2e-cluster runs it against a
+	// cluster of yours, here with a Prometheus that finds the pods by
+	// their annotations through this cluster's API server.
+	t.Run("ClusterSuite", func(t *testing.T) {
+		clustersuite.Run(t, clustersuite.Target{Client: c.Client, AppImage: c.Images.Echo, Prometheus: podPrometheus(t, c), Wait: 90 * time.Second})
+	})
 
 	// Gateway API for mesh: an HTTPRoute on the echo Service.
 	checkMeshRoutes(t, c, clientPod, vip)

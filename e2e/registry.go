@@ -182,7 +182,7 @@ func (r *imageRegistry) buildImages(t *testing.T) NodeImages {
 		meta.Revision = strings.TrimSpace(string(out))
 	}
 	pause := images.Spec{Name: "pause", Package: "./e2e/images/pause", Path: "/pause"}
-	echo := images.Spec{Name: "echo", Package: "./e2e/images/echo", Path: "/echo"}
+	echo := images.E2EApp
 	var specs []images.Spec
 	var idxs []v1.ImageIndex
 	for _, b := range []struct {
@@ -210,7 +210,7 @@ func (r *imageRegistry) buildImages(t *testing.T) NodeImages {
 		}
 		refs[s.Name] = tag.Context().Digest(d.String()).String()
 	}
-	return NodeImages{Pause: refs["pause"], Echo: refs["echo"], Sidecar: refs["sidecar"], Injector: refs["injector"]}
+	return NodeImages{Pause: refs["pause"], Echo: refs[echo.Name], Sidecar: refs["sidecar"], Injector: refs["injector"]}
 }
 
 // checkPulled fails unless every container of pods runs one of the

@@ -59,6 +59,20 @@ const (
 	TraceSamplingAnnotation = "meshlet.io/trace-sampling"
 )
 
+// The annotations Prometheus's usual pod discovery (the kubernetes-pods job
+// of its example configuration and of the prometheus-community chart)
+// scrapes by. Istio's injector sets them too; meshlet points them at the
+// sidecar's own metrics, as it merges no app metrics into them.
+const (
+	PrometheusScrapeAnnotation = "prometheus.io/scrape"
+	PrometheusPortAnnotation   = "prometheus.io/port"
+	PrometheusPathAnnotation   = "prometheus.io/path"
+	// MetricsPort and MetricsPath are where the sidecar serves its
+	// Prometheus metrics (Envoy's port and path).
+	MetricsPort = 15090
+	MetricsPath = "/stats/prometheus"
+)
+
 // ZoneLabel and RegionLabel are the well-known topology labels, which
 // Kubernetes 1.35 and later copy from the node onto a pod as it is bound
 // (PodTopologyLabelsAdmission); the sidecar reads its locality from them.
@@ -128,6 +142,11 @@ type Config struct {
 	// sampling percentage (Istio's default 1).
 	TracingEndpoint string
 	TraceSampling   float64
+	// PrometheusAnnotations adds the prometheus.io scrape annotations,
+	// pointed at the sidecar's metrics, to pods that carry none of their
+	// own (an app's own are left alone: its scrape keeps working). Default
+	// true, as Istio's injector does.
+	PrometheusAnnotations bool
 }
 
 // DefaultConfig returns the injector defaults.
@@ -135,7 +154,7 @@ func DefaultConfig() Config {
 	return Config{
 		Image: DefaultImage, ImagePullPolicy: corev1.PullIfNotPresent, ProxyUID: DefaultProxyUID,
 		RootCAConfigMap: DefaultRootCACM, ControlPlane: "meshlet-injector.meshlet-system.svc:15012", TrustDomain: "cluster.local",
-		DrainSeconds: 5, Concurrency: DefaultConcurrency, TraceSampling: 1,
+		DrainSeconds: 5, Concurrency: DefaultConcurrency, TraceSampling: 1, PrometheusAnnotations: true,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},

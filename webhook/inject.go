@@ -49,7 +49,7 @@ type status struct {
 }
 
 // injectorVersion changes when what Inject adds changes.
-const injectorVersion = "1"
+const injectorVersion = "2"
 
 // Inject returns the pod with the sidecar added. A pod that already
 // carries StatusAnnotation is returned unchanged (idempotent: reinvocation
@@ -95,7 +95,23 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, error) {
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[StatusAnnotation] = string(st)
+	if cfg.PrometheusAnnotations && !hasPrometheusAnnotations(out) {
+		out.Annotations[PrometheusScrapeAnnotation] = "true"
+		out.Annotations[PrometheusPortAnnotation] = strconv.Itoa(MetricsPort)
+		out.Annotations[PrometheusPathAnnotation] = MetricsPath
+	}
 	return out, nil
+}
+
+// hasPrometheusAnnotations says whether the pod says anything of its own
+// to Prometheus (prometheus.io/scrape "false" included).
+func hasPrometheusAnnotations(pod *corev1.Pod) bool {
+	for k := range pod.Annotations {
+		if strings.HasPrefix(k, "prometheus.io/") {
+			return true
+		}
+	}
+	return false
 }
 
 // sidecarMode is "native" (an init container with restartPolicy Always,
@@ -213,7 +229,7 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		Env: env, Resources: res,
 		Ports: []corev1.ContainerPort{
 			{Name: "meshlet-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
-			{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP},
+			{Name: "http-envoy-prom", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: TokenVolume, MountPath: TokenPath, ReadOnly: true},

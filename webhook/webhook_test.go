@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -414,6 +415,45 @@ func TestCanonicalService(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels, GenerateName: tc.generateName, Name: tc.name}}
 		if got := canonicalService(pod); got != tc.want {
 			t.Errorf("canonicalService(labels %v, generateName %q, name %q) = %q, want %q", tc.labels, tc.generateName, tc.name, got, tc.want)
+		}
+	}
+}
+
+// The scrape annotations go on a pod that has none, pointed at the
+// sidecar's metrics; a pod with its own (even scrape "false") keeps them
+// as they are, and an operator can turn them off.
+func TestInjectPrometheusAnnotations(t *testing.T) {
+	out, err := Inject(appPod(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "15090", "prometheus.io/path": "/stats/prometheus"}
+	for k, v := range want {
+		if out.Annotations[k] != v {
+			t.Errorf("annotation %s: %q, want %q", k, out.Annotations[k], v)
+		}
+	}
+	for _, own := range []map[string]string{{"prometheus.io/scrape": "false"}, {"prometheus.io/port": "9102", "prometheus.io/scrape": "true"}} {
+		p := appPod()
+		p.Annotations = maps.Clone(own)
+		out, err := Inject(p, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range want {
+			if out.Annotations[k] != own[k] {
+				t.Errorf("pod with %v: annotation %s became %q", own, k, out.Annotations[k])
+			}
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.PrometheusAnnotations = false
+	if out, err = Inject(appPod(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		if v, ok := out.Annotations[k]; ok {
+			t.Errorf("PrometheusAnnotations off: annotation %s=%q added", k, v)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 // (package internal/images does the work; make images and make push run
 // it; docs/reference/images.md describes the images).
 //
-//	images build -dir DIR [-root MODULE] [-repository R] [-tag T] [-version V] [-revision C] [-source URL] [-epoch S] [-platforms P,...] [-pgo auto|off]
+//	images build -dir DIR [-root MODULE] [-repository R] [-tag T] [-version V] [-revision C] [-source URL] [-epoch S] [-platforms P,...] [-pgo auto|off] [-images NAME,...]
 //	images push -dir DIR -registry HOST/PATH [-tag T] [-insecure]
 package main
 
@@ -67,6 +67,7 @@ func build(ctx context.Context, args []string, out io.Writer) error {
 	epoch := fs.String("epoch", os.Getenv("SOURCE_DATE_EPOCH"), "every timestamp in the images, in `SECONDS` since 1970 (default $SOURCE_DATE_EPOCH, else 0)")
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "`OS/ARCH,...` to build for")
 	pgo := fs.String("pgo", "auto", "go build -pgo `MODE`: auto (the sidecar's default.pgo, as make sidecar) or off")
+	names := fs.String("images", "sidecar,injector", "the `NAMES` of the images to build: sidecar, injector, and "+images.E2EApp.Name+" (the end-to-end tests' app, for make e2e-cluster on a cluster without a registry)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,7 +95,18 @@ func build(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer os.RemoveAll(work)
 	meta := images.Meta{Version: *version, Revision: *revision, Source: *source, Created: time.Unix(secs, 0).UTC()}
-	specs := images.Shipped()
+	known := map[string]images.Spec{images.E2EApp.Name: images.E2EApp}
+	for _, sp := range images.Shipped() {
+		known[sp.Name] = sp
+	}
+	var specs []images.Spec
+	for _, n := range strings.Split(*names, ",") {
+		sp, ok := known[strings.TrimSpace(n)]
+		if !ok {
+			return fmt.Errorf("images build: -images %q: no image %q (want sidecar, injector or %s)", *names, n, images.E2EApp.Name)
+		}
+		specs = append(specs, sp)
+	}
 	idxs, err := images.Build(ctx, images.Options{Root: *root, Platforms: plats, PGO: *pgo, Meta: meta, WorkDir: work}, specs...)
 	if err != nil {
 		return err

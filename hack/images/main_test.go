@@ -286,3 +286,12 @@ func fileSum(t *testing.T, path string) [32]byte {
 	}
 	return sha256.Sum256(b)
 }
+
+// An image build does not know is refused before anything is built, the
+// name in the error.
+func TestBuildRefusesAnUnknownImage(t *testing.T) {
+	err := run(context.Background(), []string{"build", "-dir", t.TempDir(), "-images", "sidecar,envoy"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `no image "envoy"`) {
+		t.Fatalf("build -images sidecar,envoy: %v, want envoy named", err)
+	}
+}

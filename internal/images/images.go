@@ -67,6 +67,12 @@ var Sidecar = Spec{Name: "sidecar", Package: "./cmd/sidecar", Path: "/usr/local/
 var Injector = Spec{Name: "injector", Package: "./cmd/injector", Path: "/usr/local/bin/injector", User: strconv.Itoa(UID) + ":" + strconv.Itoa(UID),
 	Description: "meshlet's control plane: injection webhook, mesh CA with SDS, xDS discovery"}
 
+// E2EApp is the end-to-end tests' app (e2e/images/echo: an echo server,
+// and a client of $TARGETS), which the cluster suite runs on any cluster.
+// Not shipped. Its user is root, as an app's: the redirect exempts UID.
+var E2EApp = Spec{Name: "meshlet-e2e-app", Package: "./e2e/images/echo", Path: "/echo",
+	Description: "meshlet's end-to-end test app: an echo server and an HTTP client (not for production)"}
+
 // Shipped lists the images make images builds and make push pushes.
 func Shipped() []Spec { return []Spec{Sidecar, Injector} }
 

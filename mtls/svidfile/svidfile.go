@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshlet-dev/meshlet/mtls"
@@ -46,6 +47,10 @@ type Config struct {
 	// and BundleFile (the trust domain's CA certificates) are names in Dir;
 	// defaults DefaultCertFile, DefaultKeyFile and DefaultBundleFile.
 	CertFile, KeyFile, BundleFile string
+	// ID, when set, is the SPIFFE ID the certificate must name (sidecar
+	// run -identity): a set naming another is refused, so that an agent
+	// writing the wrong workload's identity cannot give the pod it.
+	ID spiffeid.ID
 	// Store receives the certificate and bundle. Required.
 	Store *mtls.Store
 	// Interval between checks for a change; default DefaultInterval.
@@ -150,8 +155,8 @@ func (w *Watcher) changed() bool {
 }
 
 // Load reads the three files and installs them if they make a valid
-// identity: the key matches the leaf, which names one SPIFFE ID, is not
-// expired and chains to the bundle. An error names the file at fault and
+// identity: the key matches the leaf, which names one SPIFFE ID (Config.ID
+// when set), is not expired and chains to the bundle. An error names the file at fault and
 // leaves the store unchanged.
 func (w *Watcher) Load() error {
 	var raw [3][]byte
@@ -174,6 +179,9 @@ func (w *Watcher) Load() error {
 	id, err := x509svid.IDFromCert(leaf)
 	if err != nil {
 		return fmt.Errorf("svidfile: certificate %s: %w", certPath, err)
+	}
+	if !w.cfg.ID.IsZero() && id != w.cfg.ID {
+		return fmt.Errorf("svidfile: certificate %s names %s, want %s", certPath, id, w.cfg.ID)
 	}
 	if now := w.cfg.Now(); now.After(leaf.NotAfter) {
 		return fmt.Errorf("svidfile: certificate %s (%s) expired at %s", certPath, id, leaf.NotAfter.UTC().Format(time.RFC3339))

@@ -209,6 +209,30 @@ func TestLoadRefusesBadSetsAndKeepsTheLastGood(t *testing.T) {
 	}
 }
 
+// With Config.ID set, a valid set naming another workload is refused, the
+// ID in the error, and one naming it is installed.
+func TestLoadRefusesAnotherWorkloadsIdentity(t *testing.T) {
+	ca := testCA(t)
+	dir := t.TempDir()
+	store := mtls.NewStore()
+	w, err := New(Config{Dir: dir, Store: store, ID: webID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := spiffeid.RequireFromString("spiffe://cluster.local/ns/prod/sa/db")
+	write(t, dir, issue(t, ca, db, time.Hour))
+	if err := w.Load(); err == nil || !strings.Contains(err.Error(), "names "+db.String()+", want "+webID.String()) {
+		t.Fatalf("another workload's set: %v, want it refused naming both IDs", err)
+	}
+	if store.Current().Ready() {
+		t.Fatalf("the store took %s", store.Current().ID)
+	}
+	write(t, dir, issue(t, ca, webID, time.Hour))
+	if err := w.Load(); err != nil || store.Current().ID != webID {
+		t.Fatalf("the workload's own set: %v, store %s", err, store.Current().ID)
+	}
+}
+
 func TestRunWaitsForTheFirstGoodSetAndFollowsChanges(t *testing.T) {
 	ca := testCA(t)
 	dir := t.TempDir()

@@ -113,6 +113,7 @@ func TestRunIdentityDirFlagErrors(t *testing.T) {
 		{[]string{"-identity-dir", "/x", "-sds", "unix:///run/spire.sock"}, "-identity-dir and -sds are exclusive"},
 		{[]string{"-identity-dir", "/x", "-identity-files", "a.pem,b.pem"}, "want CERT,KEY,BUNDLE"},
 		{[]string{"-identity-dir", "/x", "-identity-files", "a.pem,,c.pem"}, "want CERT,KEY,BUNDLE"},
+		{[]string{"-identity-dir", "/x", "-identity", "web"}, `-identity "web"`},
 	} {
 		err := run(tc.args, io.Discard)
 		var u *cmdline.UsageError

@@ -87,7 +87,7 @@ func runFlags(fs *flag.FlagSet, getenv func(string) string) func(io.Writer) erro
 	fs.StringVar(&o.sdsToken, "sds-token", "",
 		"`FILE` holding the ServiceAccount token sent to the SDS server. Empty: -xds-token.")
 	fs.StringVar(&o.identity, "identity", "",
-		"the `SPIFFE-ID` the sidecar requests by CSR from the SDS server. Empty: with -pod, spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT (trust domain default cluster.local); with a unix:// -sds none, as a SPIRE agent delivers key and ID.")
+		"the `SPIFFE-ID` the sidecar requests by CSR from the SDS server. Empty: with -pod, spiffe://$MESHLET_TRUST_DOMAIN/ns/$POD_NAMESPACE/sa/$SERVICE_ACCOUNT (trust domain default cluster.local); with a unix:// -sds none, as a SPIRE agent delivers key and ID. With -identity-dir: the ID the files' certificate must name, a set naming another refused; empty: any.")
 	fs.StringVar(&o.identityDir, "identity-dir", "",
 		"`DIR` holding the workload certificate chain, private key and trust bundle as PEM files that another agent writes and rotates (SPIRE's spiffe-helper, cert-manager's csi-driver-spiffe), checked every second and installed when they change; a set that is not a valid identity is refused and the last good one kept. Turns on mTLS; readiness waits for the first good set. Exclusive with -sds.")
 	fs.StringVar(&o.identityFiles, "identity-files", svidfile.DefaultCertFile+","+svidfile.DefaultKeyFile+","+svidfile.DefaultBundleFile,
@@ -148,6 +148,13 @@ func (o *runOptions) run(out io.Writer) error {
 	}
 	if o.identityDir != "" && o.sds != "" {
 		return cmdline.Usagef("-identity-dir and -sds are exclusive")
+	}
+	var fileID spiffeid.ID // the ID the identity files must name
+	if o.identityDir != "" && o.identity != "" {
+		var err error
+		if fileID, err = spiffeid.FromString(o.identity); err != nil {
+			return cmdline.Usagef("-identity %q: %v", o.identity, err)
+		}
 	}
 	idFiles := strings.Split(o.identityFiles, ",")
 	if len(idFiles) != 3 || slices.Contains(idFiles, "") {
@@ -213,7 +220,7 @@ func (o *runOptions) run(out io.Writer) error {
 		gate.left++
 		opts.Identity = mtls.NewStore()
 		idWatcher, err = svidfile.New(svidfile.Config{Dir: o.identityDir, CertFile: idFiles[0], KeyFile: idFiles[1], BundleFile: idFiles[2],
-			Store: opts.Identity, Logger: log})
+			ID: fileID, Store: opts.Identity, Logger: log})
 		if err != nil {
 			return fmt.Errorf("run: -identity-dir: %w", err)
 		}
