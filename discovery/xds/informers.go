@@ -4,7 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
+	"log/slog"
+	"reflect"
 	"time"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -50,8 +51,8 @@ var routeGroupVersion = gatewayv1.SchemeGroupVersion.String()
 // writes their status (MeshControllerName's entries). A nil gw watches
 // none. A kind the API server does not serve (its CRD is not installed,
 // or not at v1: an informer would retry its list for ever and never
-// sync) is logged once and left out; installing the CRD later takes a
-// restart.
+// sync) is logged once and left out until discovery serves it
+// (Options.RecheckKinds); its informer then starts without a restart.
 func RunInformersWithRoutes(ctx context.Context, client kubernetes.Interface, gw gatewayclient.Interface, s *Server, resync time.Duration) error {
 	return RunAllInformers(ctx, Clients{Kube: client, Gateway: gw}, s, resync)
 }
@@ -65,8 +66,8 @@ type Clients struct {
 	Gateway gatewayclient.Interface
 	// Istio, when set, adds PeerAuthentications and AuthorizationPolicies
 	// (security.istio.io/v1), whose status (PolicyConditionType) it
-	// writes; a kind not served is logged once and left out, as routes
-	// are.
+	// writes; a kind not served is logged once and started once served,
+	// as routes are.
 	Istio istioclient.Interface
 }
 
@@ -105,88 +106,26 @@ func RunAllInformers(ctx context.Context, c Clients, s *Server, resync time.Dura
 	if err := eps.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceServiceIndexFunc}); err != nil {
 		return fmt.Errorf("xds: endpointslice index: %w", err)
 	}
-	var gf gatewayinformers.SharedInformerFactory
-	var routeInfs []cache.SharedIndexInformer
-	var status *routeStatusWriter
-	// The stores stay empty for kinds not served.
+	// The optional kinds' stores stay empty until their informers run:
+	// at the start for a kind served then, else once its CRD is installed
+	// (optionalGroup.watchLate).
 	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers())
 	grpcRoutes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, routeIndexers())
-	if gw != nil {
-		served, err := routesServed(ctx, gw)
-		if err != nil {
-			return err
-		}
-		gf = gatewayinformers.NewSharedInformerFactory(gw, resync)
-		for _, k := range []struct {
-			resource, what string
-			informer       func() cache.SharedIndexInformer
-			store          *cache.Indexer
-		}{
-			{"httproutes", "HTTPRoutes", func() cache.SharedIndexInformer { return gf.Gateway().V1().HTTPRoutes().Informer() }, &routes},
-			{"grpcroutes", "GRPCRoutes", func() cache.SharedIndexInformer { return gf.Gateway().V1().GRPCRoutes().Informer() }, &grpcRoutes},
-		} {
-			if !served[k.resource] {
-				s.log.Warn(k.what+" not served (Gateway API CRDs not installed?): no routes", "group_version", routeGroupVersion)
-				continue
-			}
-			inf := k.informer()
-			if err := inf.SetTransform(dropManagedFields); err != nil {
-				return fmt.Errorf("xds: %s informer: %w", k.resource, err)
-			}
-			idx := routeIndexers()
-			delete(idx, cache.NamespaceIndex) // the informer has it
-			if err := inf.AddIndexers(idx); err != nil {
-				return fmt.Errorf("xds: %s index: %w", k.resource, err)
-			}
-			*k.store = inf.GetIndexer()
-			routeInfs = append(routeInfs, inf)
-		}
-		if len(routeInfs) > 0 {
-			status = newRouteStatusWriter(gw, routes, grpcRoutes, svc.Lister(), s.opts.ClusterDomain, s.log)
-		}
-	}
 	peerAuths := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	authzPolicies := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	var isf istioinformers.SharedInformerFactory
-	var policyInfs []cache.SharedIndexInformer
+	var status *routeStatusWriter
+	if gw != nil {
+		status = newRouteStatusWriter(gw, routes, grpcRoutes, svc.Lister(), s.opts.ClusterDomain, s.log)
+	}
 	var pstatus *policyStatusWriter
 	if c.Istio != nil {
-		served, err := resourcesServed(ctx, c.Istio.Discovery(), securityGroupVersion)
-		if err != nil {
-			return err
-		}
-		isf = istioinformers.NewSharedInformerFactory(c.Istio, resync)
-		for _, k := range []struct {
-			resource, what string
-			informer       func() cache.SharedIndexInformer
-			store          *cache.Indexer
-		}{
-			{"peerauthentications", "PeerAuthentications", func() cache.SharedIndexInformer { return isf.Security().V1().PeerAuthentications().Informer() }, &peerAuths},
-			{"authorizationpolicies", "AuthorizationPolicies", func() cache.SharedIndexInformer { return isf.Security().V1().AuthorizationPolicies().Informer() }, &authzPolicies},
-		} {
-			if !served[k.resource] {
-				s.log.Warn(k.what+" not served (Istio's security CRDs not installed?): none applied", "group_version", securityGroupVersion)
-				continue
-			}
-			inf := k.informer()
-			if err := inf.SetTransform(dropManagedFields); err != nil {
-				return fmt.Errorf("xds: %s informer: %w", k.resource, err)
-			}
-			*k.store = inf.GetIndexer()
-			policyInfs = append(policyInfs, inf)
-		}
-		if len(policyInfs) > 0 {
-			pstatus = newPolicyStatusWriter(c.Istio, peerAuths, authzPolicies, s.log)
-		}
+		pstatus = newPolicyStatusWriter(c.Istio, peerAuths, authzPolicies, s.log)
 	}
 	s.useSources(sources{services: svc.Lister(), slices: eps.Informer().GetIndexer(), nodes: nodes.Lister(), pods: pods.Lister(),
 		routes: routes, grpcRoutes: grpcRoutes, peerAuths: peerAuths, authzPolicies: authzPolicies})
 	// Each handler gets the object before and after a change (nil when
 	// added or deleted), as the Upsert and Delete methods do.
-	handlers := []struct {
-		inf    cache.SharedIndexInformer
-		change func(old, cur any)
-	}{
+	handlers := []informerHandler{
 		{svc.Informer(), func(old, cur any) {
 			if v := cmp.Or(as[*corev1.Service](cur), as[*corev1.Service](old)); v != nil {
 				key := types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
@@ -202,27 +141,61 @@ func RunAllInformers(ctx context.Context, c Clients, s *Server, resync time.Dura
 		{nodes.Informer(), func(old, cur any) { s.nodeChanged(as[*corev1.Node](old), as[*corev1.Node](cur)) }},
 		{pods.Informer(), func(old, cur any) { s.podChanged(as[*corev1.Pod](old), as[*corev1.Pod](cur)) }},
 	}
-	for _, inf := range routeInfs {
-		handlers = append(handlers, struct {
-			inf    cache.SharedIndexInformer
-			change func(old, cur any)
-		}{inf, func(old, cur any) {
-			s.routeChanged(old, cur)
-			status.routeChanged(old, cur)
-		}})
+	if err := addHandlers(handlers); err != nil {
+		return err
 	}
-	for _, inf := range policyInfs {
-		handlers = append(handlers, struct {
-			inf    cache.SharedIndexInformer
-			change func(old, cur any)
-		}{inf, func(old, cur any) {
-			if specUnchanged(old, cur) {
-				return // our own status write, or another's
-			}
-			s.policyChanged()
-			pstatus.changed(cur)
-		}})
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("xds: informer cache for %v never synced", typ)
+		}
 	}
+	var late []*optionalGroup
+	if gw != nil {
+		g := s.routeGroup(gw, resync, status)
+		missing, err := g.startServed(ctx)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			late = append(late, g)
+		}
+	}
+	if c.Istio != nil {
+		g := s.policyGroup(c.Istio, resync, pstatus)
+		missing, err := g.startServed(ctx)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			late = append(late, g)
+		}
+	}
+	s.SetSynced()
+	for _, g := range late {
+		go g.watchLate(ctx)
+	}
+	if pstatus != nil {
+		go pstatus.run(ctx)
+	}
+	if status != nil {
+		status.run(ctx) // until ctx ends
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// informerHandler is a change function for an informer's events: the
+// object before and after (nil when added or deleted).
+type informerHandler struct {
+	inf    cache.SharedIndexInformer
+	change func(old, cur any)
+}
+
+// addHandlers registers each handler's change function for its informer's
+// adds, updates and deletes.
+func addHandlers(handlers []informerHandler) error {
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { h.change(nil, o) },
@@ -237,32 +210,229 @@ func RunAllInformers(ctx context.Context, c Clients, s *Server, resync time.Dura
 			return fmt.Errorf("xds: informer handler: %w", err)
 		}
 	}
+	return nil
+}
+
+// optionalKind is a custom resource kind watched only while the API
+// server serves it (an informer of a kind not served would retry its
+// list for ever and never sync).
+type optionalKind struct {
+	resource, what string
+}
+
+// optionalGroup is the optional kinds of one API group version and how
+// to start informers for some of them.
+type optionalGroup struct {
+	log          *slog.Logger
+	recheck      time.Duration
+	groupVersion string
+	disco        discovery.DiscoveryInterface
+	kinds        []optionalKind
+	// missing says what is lost while a kind is not served.
+	missing string
+	// start runs informers for the kinds named (by resource) from a
+	// factory of their own until ctx ends, returns once they have synced,
+	// and only then hands their caches to the server and the status
+	// writer, so that no rebuild sees a cache half-listed.
+	start func(ctx context.Context, resources []string) error
+	// left are the kinds not started yet.
+	left []optionalKind
+}
+
+// startServed starts the kinds served now and returns those that are
+// not, each logged once.
+func (g *optionalGroup) startServed(ctx context.Context) ([]optionalKind, error) {
+	served, err := resourcesServed(ctx, g.disco, g.groupVersion)
+	if err != nil {
+		return nil, err
+	}
+	var now []string
+	g.left = nil
+	for _, k := range g.kinds {
+		if served[k.resource] {
+			now = append(now, k.resource)
+			continue
+		}
+		g.log.Warn(k.what+" not served: "+g.missing+" until its CRD is installed", "group_version", g.groupVersion, "recheck", g.recheck)
+		g.left = append(g.left, k)
+	}
+	if len(now) > 0 {
+		if err := g.start(ctx, now); err != nil {
+			return nil, err
+		}
+	}
+	return g.left, nil
+}
+
+// watchLate asks discovery every recheck until each kind left
+// is served, and starts its informer then.
+func (g *optionalGroup) watchLate(ctx context.Context) {
+	t := time.NewTicker(g.recheck)
+	defer t.Stop()
+	for len(g.left) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		list, err := g.disco.ServerResourcesForGroupVersion(g.groupVersion)
+		if err != nil {
+			continue // NotFound: still not installed; others: next time
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
+		var now []string
+		var still []optionalKind
+		for _, k := range g.left {
+			if served[k.resource] {
+				now = append(now, k.resource)
+			} else {
+				still = append(still, k)
+			}
+		}
+		if len(now) == 0 {
+			continue
+		}
+		if err := g.start(ctx, now); err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("start informers of kinds installed after the start; trying again", "group_version", g.groupVersion, "resources", now, "error", err)
+			}
+			continue
+		}
+		g.log.Info("watching kinds installed after the start", "group_version", g.groupVersion, "resources", now)
+		g.left = still
+	}
+}
+
+// routeGroup is Gateway API's HTTPRoutes and GRPCRoutes: translated into
+// RouteConfigurations, their status written by status.
+func (s *Server) routeGroup(gw gatewayclient.Interface, resync time.Duration, status *routeStatusWriter) *optionalGroup {
+	return &optionalGroup{log: s.log, recheck: s.opts.RecheckKinds, groupVersion: routeGroupVersion, disco: gw.Discovery(), missing: "no routes",
+		kinds: []optionalKind{{"httproutes", "HTTPRoutes"}, {"grpcroutes", "GRPCRoutes"}},
+		start: func(ctx context.Context, resources []string) error {
+			gf := gatewayinformers.NewSharedInformerFactory(gw, resync)
+			infs := map[string]cache.SharedIndexInformer{}
+			for _, r := range resources {
+				var inf cache.SharedIndexInformer
+				switch r {
+				case "httproutes":
+					inf = gf.Gateway().V1().HTTPRoutes().Informer()
+				case "grpcroutes":
+					inf = gf.Gateway().V1().GRPCRoutes().Informer()
+				}
+				if err := inf.SetTransform(dropManagedFields); err != nil {
+					return fmt.Errorf("xds: %s informer: %w", r, err)
+				}
+				idx := routeIndexers()
+				delete(idx, cache.NamespaceIndex) // the informer has it
+				if err := inf.AddIndexers(idx); err != nil {
+					return fmt.Errorf("xds: %s index: %w", r, err)
+				}
+				if err := addHandlers([]informerHandler{{inf, func(old, cur any) {
+					s.routeChanged(old, cur)
+					status.routeChanged(old, cur)
+				}}}); err != nil {
+					return err
+				}
+				infs[r] = inf
+			}
+			if err := startFactory(ctx, gf); err != nil {
+				return err
+			}
+			for r, inf := range infs {
+				idx, kind := inf.GetIndexer(), httpRouteKind
+				if r == "grpcroutes" {
+					kind = grpcRouteKind
+				}
+				s.setSource(func(src *sources) {
+					if kind == grpcRouteKind {
+						src.grpcRoutes = idx
+					} else {
+						src.routes = idx
+					}
+				})
+				status.setStore(kind, idx)
+				// The adds seen while listing were translated against
+				// the empty cache; translate them again.
+				for _, o := range idx.List() {
+					s.routeChanged(nil, o)
+				}
+			}
+			return nil
+		}}
+}
+
+// policyGroup is Istio's PeerAuthentications and AuthorizationPolicies:
+// translated per workload, their status written by pstatus.
+func (s *Server) policyGroup(ic istioclient.Interface, resync time.Duration, pstatus *policyStatusWriter) *optionalGroup {
+	return &optionalGroup{log: s.log, recheck: s.opts.RecheckKinds, groupVersion: securityGroupVersion, disco: ic.Discovery(), missing: "none applied",
+		kinds: []optionalKind{{"peerauthentications", "PeerAuthentications"}, {"authorizationpolicies", "AuthorizationPolicies"}},
+		start: func(ctx context.Context, resources []string) error {
+			isf := istioinformers.NewSharedInformerFactory(ic, resync)
+			infs := map[string]cache.SharedIndexInformer{}
+			for _, r := range resources {
+				var inf cache.SharedIndexInformer
+				switch r {
+				case "peerauthentications":
+					inf = isf.Security().V1().PeerAuthentications().Informer()
+				case "authorizationpolicies":
+					inf = isf.Security().V1().AuthorizationPolicies().Informer()
+				}
+				if err := inf.SetTransform(dropManagedFields); err != nil {
+					return fmt.Errorf("xds: %s informer: %w", r, err)
+				}
+				if err := addHandlers([]informerHandler{{inf, func(old, cur any) {
+					if specUnchanged(old, cur) {
+						return // our own status write, or another's
+					}
+					s.policyChanged()
+					pstatus.changed(cur)
+				}}}); err != nil {
+					return err
+				}
+				infs[r] = inf
+			}
+			if err := startFactory(ctx, isf); err != nil {
+				return err
+			}
+			for r, inf := range infs {
+				idx, authz := inf.GetIndexer(), r == "authorizationpolicies"
+				s.setSource(func(src *sources) {
+					if authz {
+						src.authzPolicies = idx
+					} else {
+						src.peerAuths = idx
+					}
+				})
+				pstatus.setStore(authz, idx)
+			}
+			s.policyChanged() // translated again with the caches in
+			return nil
+		}}
+}
+
+// informerFactory is what startFactory needs of a typed informer factory.
+type informerFactory interface {
+	Start(stop <-chan struct{})
+	WaitForCacheSync(stop <-chan struct{}) map[reflect.Type]bool
+	Shutdown()
+}
+
+// startFactory starts a factory's informers until ctx ends (then shut
+// down) and waits for their caches.
+func startFactory(ctx context.Context, f informerFactory) error {
 	f.Start(ctx.Done())
-	defer f.Shutdown()
-	synced := f.WaitForCacheSync(ctx.Done())
-	if len(routeInfs) > 0 {
-		gf.Start(ctx.Done())
-		defer gf.Shutdown()
-		maps.Copy(synced, gf.WaitForCacheSync(ctx.Done()))
-	}
-	if len(policyInfs) > 0 {
-		isf.Start(ctx.Done())
-		defer isf.Shutdown()
-		maps.Copy(synced, isf.WaitForCacheSync(ctx.Done()))
-	}
-	for typ, ok := range synced {
+	go func() {
+		<-ctx.Done()
+		f.Shutdown()
+	}()
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("xds: informer cache for %v never synced", typ)
 		}
 	}
-	s.SetSynced()
-	if pstatus != nil {
-		go pstatus.run(ctx)
-	}
-	if status != nil {
-		status.run(ctx) // until ctx ends
-	}
-	<-ctx.Done()
 	return nil
 }
 

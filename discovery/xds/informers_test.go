@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 )
@@ -38,7 +41,7 @@ func runRouteInformers(t *testing.T, served []string, routes ...runtime.Object) 
 		gw.Resources = []*metav1.APIResourceList{list}
 	}
 	var missing atomic.Int64
-	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served (Gateway API CRDs not installed?): no routes", &missing})
+	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served: no routes until its CRD is installed", &missing})
 	s := NewServer(Options{Logger: log, Debounce: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
@@ -122,4 +125,71 @@ func TestInformersWithoutGRPCRouteCRD(t *testing.T) {
 	s, _, missing := runRouteInformers(t, []string{"httproutes"}, route, grpc)
 	eq(t, missing.Load(), int64(0))
 	eq(t, producerRoutes(s), []string{echo80})
+}
+
+// installable is a fake discovery whose group version answers NotFound
+// until installed is set, as an API server does before a CRD is created,
+// then lists resources.
+func installable(f *k8stesting.Fake, groupVersion string, resources ...string) *atomic.Bool {
+	list := &metav1.APIResourceList{GroupVersion: groupVersion}
+	for _, r := range resources {
+		list.APIResources = append(list.APIResources, metav1.APIResource{Name: r, Namespaced: true})
+	}
+	f.Resources = []*metav1.APIResourceList{list}
+	var installed atomic.Bool
+	f.PrependReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if installed.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: groupVersion}, "")
+	})
+	return &installed
+}
+
+// TestInformersStartRoutesInstalledLater: route CRDs installed after the
+// control plane started are watched once discovery serves them, without
+// a restart: the routes already there are translated and their status
+// written, and a later change reaches the model. (Istio's policies, whose
+// fake clientset streams no watch-list bookmarks, are checked the same
+// way against a real API server: e2e TestKindsInstalledLater.)
+func TestInformersStartRoutesInstalledLater(t *testing.T) {
+	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
+	var kubeObjs []runtime.Object
+	for _, o := range shop() {
+		kubeObjs = append(kubeObjs, o)
+	}
+	gw := gatewayfake.NewSimpleClientset(route)
+	installed := installable(&gw.Fake, routeGroupVersion, "httproutes", "grpcroutes")
+	var missing atomic.Int64
+	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served: no routes until its CRD is installed", &missing})
+	s := NewServer(Options{Logger: log, Debounce: 10 * time.Millisecond, RecheckKinds: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- s.Run(ctx) }()
+	go func() { done <- RunInformersWithRoutes(ctx, k8sfake.NewClientset(kubeObjs...), gw, s, 0) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+	})
+	waitFor(t, "a synced rebuild", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.synced
+	})
+	eq(t, missing.Load(), int64(1))
+	eq(t, hasRoutes(s), false)
+
+	installed.Store(true)
+	waitFor(t, "the route translated once its CRD is served", func() bool { return hasRoutes(s) })
+	eq(t, producerRoutes(s), []string{echo80})
+	routes := gw.GatewayV1().HTTPRoutes("shop")
+	waitFor(t, "the route's status", func() bool {
+		r, err := routes.Get(context.Background(), "r", metav1.GetOptions{})
+		return err == nil && len(r.Status.Parents) == 1 && meta.IsStatusConditionTrue(r.Status.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted))
+	})
+	if err := routes.Delete(context.Background(), "r", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the route's deletion, seen by the late informer", func() bool { return !hasRoutes(s) })
 }

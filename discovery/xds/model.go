@@ -78,6 +78,14 @@ func (s *Server) useSources(src sources) {
 	s.mu.Unlock()
 }
 
+// setSource changes one of the sources (set edits them under the lock):
+// a kind whose informer started after the others.
+func (s *Server) setSource(set func(*sources)) {
+	s.mu.Lock()
+	set(&s.src)
+	s.mu.Unlock()
+}
+
 // replace stores obj in store and returns what it replaces (nil: none).
 func replace[T any](store cache.Indexer, obj T) T {
 	old, _ := get[T](store, obj)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -63,7 +64,10 @@ type policyKey struct {
 // from what is there, with the resourceVersion read, so replicas never
 // fight.
 type policyStatusWriter struct {
-	client            istioclient.Interface
+	client istioclient.Interface
+	// The caches, replaced (setStore) when a CRD is installed after the
+	// start.
+	storeMu           sync.RWMutex
 	peerAuths, authzs cache.Indexer
 	queue             workqueue.TypedRateLimitingInterface[policyKey]
 	log               *slog.Logger
@@ -74,6 +78,32 @@ func newPolicyStatusWriter(client istioclient.Interface, peerAuths, authzs cache
 	return &policyStatusWriter{client: client, peerAuths: peerAuths, authzs: authzs, log: log, now: time.Now,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[policyKey](),
 			workqueue.TypedRateLimitingQueueConfig[policyKey]{Name: "meshlet_policy_status"})}
+}
+
+// store is the cache of AuthorizationPolicies (authz) or
+// PeerAuthentications.
+func (w *policyStatusWriter) store(authz bool) cache.Indexer {
+	w.storeMu.RLock()
+	defer w.storeMu.RUnlock()
+	if authz {
+		return w.authzs
+	}
+	return w.peerAuths
+}
+
+// setStore replaces a kind's cache (its informer started late) and
+// queues every policy in it.
+func (w *policyStatusWriter) setStore(authz bool, idx cache.Indexer) {
+	w.storeMu.Lock()
+	if authz {
+		w.authzs = idx
+	} else {
+		w.peerAuths = idx
+	}
+	w.storeMu.Unlock()
+	for _, o := range idx.List() {
+		w.changed(o)
+	}
 }
 
 // changed queues a policy after a change (nil: deleted, nothing to write).
@@ -113,10 +143,7 @@ func (w *policyStatusWriter) next(ctx context.Context) bool {
 }
 
 func (w *policyStatusWriter) sync(ctx context.Context, key policyKey) error {
-	store := w.peerAuths
-	if key.authz {
-		store = w.authzs
-	}
+	store := w.store(key.authz)
 	o, ok, err := store.GetByKey(key.String())
 	if err != nil || !ok {
 		return err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -218,8 +219,11 @@ const routeStatusWorkers = 2
 // lastTransitionTime while their status holds, so a recomputation alone
 // changes nothing.
 type routeStatusWriter struct {
-	client   gatewayclient.Interface
-	stores   [2]cache.Indexer // by routeKind, with routeIndexers
+	client gatewayclient.Interface
+	// stores are by routeKind, with routeIndexers; a kind's is replaced
+	// (setStore) when its CRD is installed after the start.
+	storeMu  sync.RWMutex
+	stores   [2]cache.Indexer
 	services corelisters.ServiceLister
 	domain   string
 	queue    workqueue.TypedRateLimitingInterface[routeKey]
@@ -236,6 +240,24 @@ func newRouteStatusWriter(client gatewayclient.Interface, httpRoutes, grpcRoutes
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[routeKey](),
 			workqueue.TypedRateLimitingQueueConfig[routeKey]{Name: "meshlet_route_status"}),
 		writes: func() {}}
+}
+
+// store is the cache of one kind of route.
+func (w *routeStatusWriter) store(kind routeKind) cache.Indexer {
+	w.storeMu.RLock()
+	defer w.storeMu.RUnlock()
+	return w.stores[kind]
+}
+
+// setStore replaces a kind's cache (its informer started late) and
+// queues every route in it.
+func (w *routeStatusWriter) setStore(kind routeKind, idx cache.Indexer) {
+	w.storeMu.Lock()
+	w.stores[kind] = idx
+	w.storeMu.Unlock()
+	for _, o := range idx.List() {
+		w.routeChanged(nil, o)
+	}
 }
 
 // routeChanged queues a route after a change (cur nil: deleted, nothing
@@ -266,7 +288,7 @@ func (w *routeStatusWriter) serviceEvent(key types.NamespacedName) {
 }
 
 func (w *routeStatusWriter) queueIndexed(kind routeKind, index string, key types.NamespacedName) {
-	objs, _ := w.stores[kind].ByIndex(index, key.String())
+	objs, _ := w.store(kind).ByIndex(index, key.String())
 	for _, o := range objs {
 		if k, ok := routeKeyOf(o); ok {
 			w.queue.Add(k)
@@ -319,14 +341,14 @@ func (w *routeStatusWriter) claims(kind routeKind, ns string) claimsFunc {
 		return nil
 	}
 	return func(parent types.NamespacedName) map[int32][]string {
-		return grpcClaims(w.stores[grpcRouteKind], parent, ns, w.lookup, w.domain)
+		return grpcClaims(w.store(grpcRouteKind), parent, ns, w.lookup, w.domain)
 	}
 }
 
 // sync writes the status of one route if it differs from what it should
 // be: from the cache first, from the API server after a conflict.
 func (w *routeStatusWriter) sync(ctx context.Context, key routeKey) error {
-	o, ok, err := w.stores[key.kind].GetByKey(key.NamespacedName.String())
+	o, ok, err := w.store(key.kind).GetByKey(key.NamespacedName.String())
 	if err != nil || !ok {
 		return err // deleted: nothing to write
 	}

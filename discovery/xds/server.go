@@ -57,9 +57,17 @@ type Options struct {
 	// or annotation sets: STRICT, PERMISSIVE or DISABLE; empty means
 	// PERMISSIVE (the injector's -mtls-mode).
 	MTLSMode string
+	// RecheckKinds is how often the informers ask the API server's
+	// discovery again for an optional kind (Gateway API routes, Istio's
+	// policies) it did not serve: once its CRD is installed the kind is
+	// watched, without a restart. Default DefaultRecheckKinds.
+	RecheckKinds time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultRecheckKinds is Options.RecheckKinds' default.
+const DefaultRecheckKinds = 10 * time.Second
 
 // ProxyInfo is what the control plane knows about a sidecar besides what
 // the sidecar says in its xDS node.
@@ -183,6 +191,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.TrustDomain == "" {
 		opts.TrustDomain = mtls.DefaultTrustDomain
+	}
+	if opts.RecheckKinds <= 0 {
+		opts.RecheckKinds = DefaultRecheckKinds
 	}
 	if opts.MaxDebounceDelay < opts.Debounce {
 		opts.MaxDebounceDelay = max(DefaultMaxDebounceDelay, opts.Debounce)
