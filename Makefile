@@ -58,16 +58,17 @@ e2e: e2e-tools
 # The cluster suite (e2e/clustersuite: injection, mTLS through the
 # redirect, Prometheus scrape, zone failover, STRICT refusal, a Job) against
 # a cluster of yours where meshlet is installed, in namespaces of its own
-# that it deletes after (TestCluster; TestRealNodesMesh runs the same suite
-# on the nodes it builds). The nodes must pull the test app: APP_IMAGE=ref,
+# (labelled meshlet.io/e2e=cluster-suite) that it deletes after
+# (TestCluster; TestRealNodesMesh runs the same suite on the nodes it
+# builds). KUBECONFIG must be given here: an exported one is not taken. The nodes must pull the test app: APP_IMAGE=ref,
 # or REGISTRY=host/path to build it and push it there. PROMETHEUS=url: a
 # Prometheus that discovers pods by their prometheus.io annotations.
 # TRUST_DOMAIN if the mesh's is not cluster.local. docs/testing.md.
 e2e-cluster:
-	@test -n "$(KUBECONFIG)" || { echo "make e2e-cluster: name the cluster: make e2e-cluster KUBECONFIG=FILE (APP_IMAGE=ref or REGISTRY=host/path)" >&2; exit 2; }
+	@test "$(origin KUBECONFIG)" = "command line" || { echo "make e2e-cluster: name the cluster on the command line (an exported KUBECONFIG is not taken): make e2e-cluster KUBECONFIG=FILE (APP_IMAGE=ref or REGISTRY=host/path)" >&2; exit 2; }
 	MESHLET_E2E_KUBECONFIG=$(abspath $(firstword $(subst :, ,$(KUBECONFIG)))) MESHLET_E2E_APP_IMAGE=$(APP_IMAGE) MESHLET_E2E_REGISTRY=$(REGISTRY) \
 		MESHLET_E2E_PROMETHEUS=$(PROMETHEUS) MESHLET_E2E_TRUST_DOMAIN=$(TRUST_DOMAIN) \
-		$(GO) test $(TESTFLAGS),e2e -count=1 -timeout 30m -run '^TestCluster$$' -v ./e2e/
+		$(GO) test $(TESTFLAGS),e2e -count=1 -timeout 60m -run '^TestCluster$$' -v ./e2e/
 
 # Gateway API's conformance suite (MESH-HTTP) on real nodes alone
 # (TestGatewayAPIConformance; make e2e runs it with the rest), its report

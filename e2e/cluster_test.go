@@ -200,13 +200,16 @@ func promTargets(addr string) string {
 // TestRealNodesHold builds the real-node cluster of TestRealNodesMesh
 // (three nodes in zones a, b and c, the chart installed with helm) and
 // holds it for other commands until the file MESHLET_E2E_HOLD names is
-// removed (at most an hour): it writes there, as shell assignments, the
-// cluster's KUBECONFIG and the test app's APP_IMAGE, so that
+// removed, or a minute before the test's deadline (go test -timeout 70m:
+// the default 10 minutes would end the hold soon): it writes there, as
+// shell assignments, the cluster's KUBECONFIG and the test app's
+// APP_IMAGE, so that
 //
 //	make e2e-cluster $(cat FILE)
 //
 // runs the cluster suite from another process against a cluster it did
-// not build, as against yours. Not part of make test: a developer's tool.
+// not build, as against yours (docs/testing.md). Not part of make test: a
+// developer's tool.
 func TestRealNodesHold(t *testing.T) {
 	hold := os.Getenv("MESHLET_E2E_HOLD")
 	if hold == "" {
@@ -219,11 +222,17 @@ func TestRealNodesHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("cluster held: run make e2e-cluster $(cat %s); rm %s ends the hold", hold, hold)
-	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(time.Second) {
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
+	// A minute is left for the nodes' teardown, which a timeout's panic
+	// would skip.
+	for deadline = deadline.Add(-time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		if _, err := os.Stat(hold); err != nil {
 			return
 		}
 	}
 	os.Remove(hold)
-	t.Log("held for an hour: stopping")
+	t.Log("the test's deadline is near: ending the hold")
 }

@@ -61,8 +61,9 @@ const (
 
 // The annotations Prometheus's usual pod discovery (the kubernetes-pods job
 // of its example configuration and of the prometheus-community chart)
-// scrapes by. Istio's injector sets them too; meshlet points them at the
-// sidecar's own metrics, as it merges no app metrics into them.
+// scrapes by. Istio's injector sets them too, at its agent's port 15020,
+// which merges the app's metrics in; meshlet merges nothing, so it points
+// them at the sidecar's own metrics and leaves an app's own alone.
 const (
 	PrometheusScrapeAnnotation = "prometheus.io/scrape"
 	PrometheusPortAnnotation   = "prometheus.io/port"
@@ -144,8 +145,9 @@ type Config struct {
 	TraceSampling   float64
 	// PrometheusAnnotations adds the prometheus.io scrape annotations,
 	// pointed at the sidecar's metrics, to pods that carry none of their
-	// own (an app's own are left alone: its scrape keeps working). Default
-	// true, as Istio's injector does.
+	// own (an app's own are left alone: its scrape keeps working, and the
+	// sidecar's metrics are then a PodMonitor's). Default true, as Istio's
+	// injector annotates pods by default.
 	PrometheusAnnotations bool
 }
 

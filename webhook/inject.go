@@ -104,10 +104,19 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, error) {
 }
 
 // hasPrometheusAnnotations says whether the pod says anything of its own
-// to Prometheus (prometheus.io/scrape "false" included).
+// to Prometheus (prometheus.io/scrape "false" included), in any spelling
+// that Prometheus's pod discovery reads as the same label
+// (prometheus.io.scrape, prometheus-io/scrape: each character but
+// letters and digits becomes _), since two of them would collide.
 func hasPrometheusAnnotations(pod *corev1.Pod) bool {
 	for k := range pod.Annotations {
-		if strings.HasPrefix(k, "prometheus.io/") {
+		label := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '_'
+		}, k)
+		if strings.HasPrefix(label, "prometheus_io_") {
 			return true
 		}
 	}

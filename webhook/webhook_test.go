@@ -433,7 +433,8 @@ func TestInjectPrometheusAnnotations(t *testing.T) {
 			t.Errorf("annotation %s: %q, want %q", k, out.Annotations[k], v)
 		}
 	}
-	for _, own := range []map[string]string{{"prometheus.io/scrape": "false"}, {"prometheus.io/port": "9102", "prometheus.io/scrape": "true"}} {
+	for _, own := range []map[string]string{{"prometheus.io/scrape": "false"}, {"prometheus.io/port": "9102", "prometheus.io/scrape": "true"},
+		{"prometheus.io.scrape": "true"}, {"prometheus-io/port": "9102"}} {
 		p := appPod()
 		p.Annotations = maps.Clone(own)
 		out, err := Inject(p, DefaultConfig())

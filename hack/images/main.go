@@ -100,12 +100,17 @@ func build(ctx context.Context, args []string, out io.Writer) error {
 		known[sp.Name] = sp
 	}
 	var specs []images.Spec
+	seen := map[string]bool{}
 	for _, n := range strings.Split(*names, ",") {
-		sp, ok := known[strings.TrimSpace(n)]
+		n = strings.TrimSpace(n)
+		sp, ok := known[n]
 		if !ok {
 			return fmt.Errorf("images build: -images %q: no image %q (want sidecar, injector or %s)", *names, n, images.E2EApp.Name)
 		}
-		specs = append(specs, sp)
+		if !seen[n] {
+			seen[n] = true
+			specs = append(specs, sp)
+		}
 	}
 	idxs, err := images.Build(ctx, images.Options{Root: *root, Platforms: plats, PGO: *pgo, Meta: meta, WorkDir: work}, specs...)
 	if err != nil {
