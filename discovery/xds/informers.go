@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	corev1 "k8s.io/api/core/v1"
@@ -387,7 +388,11 @@ func (s *Server) policyGroup(ic istioclient.Interface, resync time.Duration, pst
 					if specUnchanged(old, cur) {
 						return // our own status write, or another's
 					}
-					s.policyChanged()
+					if r == "peerauthentications" {
+						s.peerAuthChanged(as[*securityv1.PeerAuthentication](old), as[*securityv1.PeerAuthentication](cur))
+					} else {
+						s.policyChanged()
+					}
 					pstatus.changed(cur)
 				}}}); err != nil {
 					return err
@@ -408,7 +413,12 @@ func (s *Server) policyGroup(ic istioclient.Interface, resync time.Duration, pst
 				})
 				pstatus.setStore(authz, idx)
 			}
-			s.policyChanged() // translated again with the caches in
+			// Translated again with the caches in (every Service: a
+			// PeerAuthentication may set ports to DISABLE).
+			s.mu.Lock()
+			s.allDirty = true
+			s.mu.Unlock()
+			s.policyChanged()
 			return nil
 		}}
 }

@@ -37,6 +37,11 @@ type ServiceInput struct {
 	// meshlet.io/status annotation), matched through the endpoint's
 	// targetRef, with the SPIFFE ID each must present ("" names none).
 	MeshedPods map[types.NamespacedName]string
+	// Plaintext, when set, says which container ports of a meshed pod its
+	// PeerAuthentication sets to DISABLE: clients reach those in
+	// plaintext, as Istio's auto mTLS does, so their endpoints carry no
+	// meshed metadata.
+	Plaintext func(pod types.NamespacedName, port uint16) bool
 	// ClusterDomain defaults to DefaultClusterDomain.
 	ClusterDomain string
 }
@@ -72,7 +77,7 @@ type ServiceCluster struct {
 //     address in several slices keeps its healthiest entry;
 //   - weight 1; each locality's weight is its number of endpoints;
 //   - filter_metadata["meshlet.io"].meshed and .identity for pods in
-//     MeshedPods.
+//     MeshedPods, but on a port Plaintext names.
 //
 // The Service's annotations (ANNOTATIONS.md) set the balancing policy,
 // zone-aware or locality-weighted balancing, the overprovisioning factor,
@@ -187,7 +192,11 @@ func loadAssignment(name, portName string, own []*discoveryv1.EndpointSlice, in 
 				locality: endpointLocality(e, in.Nodes),
 				health:   endpointHealth(e.Conditions),
 			}
-			ep.identity, ep.meshed = podMeshed(e.TargetRef, s.Namespace, in.MeshedPods)
+			var key types.NamespacedName
+			key, ep.identity, ep.meshed = podMeshed(e.TargetRef, s.Namespace, in.MeshedPods)
+			if ep.meshed && in.Plaintext != nil && in.Plaintext(key, port) {
+				ep.identity, ep.meshed = "", false
+			}
 			if old, dup := byAddr[ep.addr]; dup && healthRank(old.health) <= healthRank(ep.health) {
 				continue
 			}
@@ -270,18 +279,15 @@ func endpointHealth(c discoveryv1.EndpointConditions) corev3.HealthStatus {
 	return corev3.HealthStatus_UNHEALTHY
 }
 
-// podMeshed says whether the endpoint's target pod is meshed, and its
-// SPIFFE ID.
-func podMeshed(ref *corev1.ObjectReference, sliceNamespace string, meshed map[types.NamespacedName]string) (string, bool) {
+// podMeshed names the endpoint's target pod and says whether it is
+// meshed, and its SPIFFE ID.
+func podMeshed(ref *corev1.ObjectReference, sliceNamespace string, meshed map[types.NamespacedName]string) (types.NamespacedName, string, bool) {
 	if ref == nil || (ref.Kind != "" && ref.Kind != "Pod") {
-		return "", false
+		return types.NamespacedName{}, "", false
 	}
-	ns := ref.Namespace
-	if ns == "" {
-		ns = sliceNamespace
-	}
-	id, ok := meshed[types.NamespacedName{Namespace: ns, Name: ref.Name}]
-	return id, ok
+	key := types.NamespacedName{Namespace: cmp.Or(ref.Namespace, sliceNamespace), Name: ref.Name}
+	id, ok := meshed[key]
+	return key, id, ok
 }
 
 // lbEndpoint renders one endpoint.

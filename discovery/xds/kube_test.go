@@ -470,3 +470,31 @@ func TestTranslateServiceRoundTrip(t *testing.T) {
 	eq(t, resolve(t, scs[0]).Protocol, config.UpstreamHTTP1)
 	eq(t, resolve(t, scs[1]).Protocol, config.UpstreamHTTP2)
 }
+
+// An endpoint on a port its pod's PeerAuthentication sets to DISABLE
+// (Plaintext) carries no meshed metadata, so clients reach it in
+// plaintext; the pod's other ports stay meshed.
+func TestTranslateServicePlaintextPorts(t *testing.T) {
+	es := slice("default", "echo-1", "echo", v4, []string{"http:8080", "admin:9090"},
+		ep{addr: "10.0.0.1", pod: "echo-a"}, ep{addr: "10.0.0.2", pod: "echo-b"})
+	id := "spiffe://cluster.local/ns/default/sa/echo"
+	in := ServiceInput{
+		Service:    service("default", "echo", nil, "http:80", "admin:1090"),
+		Slices:     []*discoveryv1.EndpointSlice{es},
+		MeshedPods: map[types.NamespacedName]string{nn("default", "echo-a"): id, nn("default", "echo-b"): id},
+		Plaintext: func(pod types.NamespacedName, port uint16) bool {
+			return pod == nn("default", "echo-a") && port == 8080
+		},
+	}
+	scs, err := TranslateService(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, sc := range scs {
+		for _, e := range resolve(t, sc).Endpoints {
+			got[e.Address] = e.Metadata[discovery.MeshedMetadataKey] + " " + e.Metadata[discovery.IdentityMetadataKey]
+		}
+	}
+	eq(t, got, map[string]string{"10.0.0.1:8080": " ", "10.0.0.2:8080": "true " + id, "10.0.0.1:9090": "true " + id, "10.0.0.2:9090": "true " + id})
+}

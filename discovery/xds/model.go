@@ -206,8 +206,10 @@ func nodeLocality(n *corev1.Node) lb.Locality {
 }
 
 // podChanged retranslates the Services of a pod's namespace when whether
-// it is meshed, or its identity, changed; and republishes the sidecar
-// whose node id names the pod when its node changed.
+// it is meshed, or its identity, changed, or (while some
+// PeerAuthentication says DISABLE) what selects its policies; and
+// republishes the sidecar whose node id names the pod when its node or
+// its policies' inputs changed.
 func (s *Server) podChanged(old, cur *corev1.Pod) {
 	p := cur
 	if p == nil {
@@ -218,7 +220,13 @@ func (s *Server) podChanged(old, cur *corev1.Pod) {
 	}
 	oldID, oldMeshed := s.podIdentity(old)
 	id, meshed := s.podIdentity(cur)
-	if oldMeshed != meshed || oldID != id {
+	plaintextMayChange := false
+	if old != nil && cur != nil && !podPolicyInputsEqual(old, cur) {
+		s.mu.Lock()
+		plaintextMayChange = s.disableInUseLocked()
+		s.mu.Unlock()
+	}
+	if oldMeshed != meshed || oldID != id || plaintextMayChange {
 		if meshed && id == "" {
 			// Still meshed: sidecars then accept any peer of their own
 			// trust domain for it.

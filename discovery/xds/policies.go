@@ -33,14 +33,12 @@ const MTLSModeAnnotation = "meshlet.io/mtls-mode"
 // UpsertPeerAuthentication adds or replaces a PeerAuthentication in the
 // server's own store.
 func (s *Server) UpsertPeerAuthentication(p *securityv1.PeerAuthentication) {
-	replace(s.own.peerAuths, p)
-	s.policyChanged()
+	s.peerAuthChanged(replace(s.own.peerAuths, p), p)
 }
 
 // DeletePeerAuthentication removes one from the server's own store.
 func (s *Server) DeletePeerAuthentication(key types.NamespacedName) {
-	remove[*securityv1.PeerAuthentication](s.own.peerAuths, key.String())
-	s.policyChanged()
+	s.peerAuthChanged(remove[*securityv1.PeerAuthentication](s.own.peerAuths, key.String()), nil)
 }
 
 // UpsertAuthorizationPolicy adds or replaces an AuthorizationPolicy in
@@ -63,6 +61,67 @@ func (s *Server) policyChanged() {
 	s.policiesDirty = true
 	s.mu.Unlock()
 	s.changed()
+}
+
+// peerAuthChanged is policyChanged for a PeerAuthentication before and
+// after a change (nil: none): one that says DISABLE, before or after,
+// changes which endpoints clients reach in plaintext, so every Service is
+// translated again.
+func (s *Server) peerAuthChanged(old, cur *securityv1.PeerAuthentication) {
+	if saysDisable(old) || saysDisable(cur) {
+		s.mu.Lock()
+		s.allDirty = true
+		s.mu.Unlock()
+	}
+	s.policyChanged()
+}
+
+// saysDisable reports whether a PeerAuthentication sets DISABLE anywhere.
+func saysDisable(p *securityv1.PeerAuthentication) bool {
+	if p == nil {
+		return false
+	}
+	if p.Spec.GetMtls().GetMode() == secapi.PeerAuthentication_MutualTLS_DISABLE {
+		return true
+	}
+	for _, m := range p.Spec.GetPortLevelMtls() {
+		if m.GetMode() == secapi.PeerAuthentication_MutualTLS_DISABLE {
+			return true
+		}
+	}
+	return false
+}
+
+// disableInUseLocked says whether any workload can resolve to DISABLE:
+// the mesh's default is, or a PeerAuthentication says it. Without, no
+// endpoint is looked up (plaintextLocked) at all.
+func (s *Server) disableInUseLocked() bool {
+	if strings.EqualFold(s.opts.MTLSMode, "DISABLE") {
+		return true
+	}
+	for _, o := range s.src.peerAuths.List() {
+		if p, ok := o.(*securityv1.PeerAuthentication); ok && saysDisable(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// plaintextLocked says whether meshed pod key's PeerAuthentication
+// resolves to DISABLE for container port: its clients then reach it in
+// plaintext (Istio's auto mTLS follows the destination's
+// PeerAuthentication the same way). The injector's -mtls-mode DISABLE
+// makes every port so.
+func (s *Server) plaintextLocked(key types.NamespacedName, port uint16) bool {
+	pod, err := s.src.pods.Pods(key.Namespace).Get(key.Name)
+	if err != nil {
+		pod = nil
+	}
+	mode, ports := s.peerAuthenticationFor(key.Namespace, pod)
+	if m, ok := ports[uint32(port)]; ok {
+		mode = m
+	}
+	return mode == secapi.PeerAuthentication_MutualTLS_DISABLE
 }
 
 // workloadPolicies is one set of policies' translation, shared by every

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshlet-dev/meshlet/authz"
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/discovery"
 	"github.com/meshlet-dev/meshlet/discovery/adsclient"
 	"github.com/meshlet-dev/meshlet/discovery/meshmeta"
 )
@@ -191,4 +192,43 @@ func TestSpecUnchanged(t *testing.T) {
 			t.Errorf("specUnchanged(%v, %v) = %v", c.old, c.cur, got)
 		}
 	}
+}
+
+// A PeerAuthentication that sets a port to DISABLE makes clients reach the
+// pods it selects in plaintext there (Istio's auto mTLS): the client
+// sidecar's endpoint loses its meshed metadata, and gets it back when the
+// policy goes. A namespace-wide DISABLE reaches every port of every pod.
+func TestPeerAuthenticationDisableTowardsClients(t *testing.T) {
+	forBothProtocols(t, func(t *testing.T, delta bool) {
+		cp := startControlPlane(t, "127.0.0.1:0", Options{}, func(s *Server) {
+			mesh(s)
+			echo := pod("default", "echo-a", "echo", "", true)
+			echo.Labels = map[string]string{"app": "echo"}
+			s.UpsertPod(echo)
+		})
+		a := startSidecar(t, cp.addr, "web-a.default", delta, nil)
+		a.waitReady(t)
+		meshed := func(addr string) string {
+			return endpointsOf(byName(a.c.Clusters())[echoCluster])[addr].Metadata[discovery.MeshedMetadataKey]
+		}
+		eq(t, meshed("10.0.1.1:8080"), "true")
+
+		cp.srv.UpsertPeerAuthentication(peerAuthFromYAML(t, "default", "echo-plain",
+			"selector: {matchLabels: {app: echo}}\nportLevelMtls:\n  8080: {mode: DISABLE}", 1))
+		waitFor(t, "echo-a's port 8080 in plaintext", func() bool { return meshed("10.0.1.1:8080") == "" })
+		if id := endpointsOf(byName(a.c.Clusters())[echoCluster])["10.0.1.1:8080"].Metadata[discovery.IdentityMetadataKey]; id != "" {
+			t.Errorf("a plaintext endpoint still names identity %q", id)
+		}
+		// Not web's pods, which the policy does not select.
+		local := endpointsOf(byName(a.c.Clusters())[meshmeta.LocalClusterName])
+		eq(t, local["10.0.2.1:8080"].Metadata[discovery.MeshedMetadataKey], "true")
+
+		cp.srv.DeletePeerAuthentication(nn("default", "echo-plain"))
+		waitFor(t, "echo-a meshed again", func() bool { return meshed("10.0.1.1:8080") == "true" })
+
+		cp.srv.UpsertPeerAuthentication(peerAuthFromYAML(t, "default", "ns-plain", "mtls: {mode: DISABLE}", 1))
+		waitFor(t, "every meshed pod of the namespace in plaintext", func() bool {
+			return meshed("10.0.1.1:8080") == "" && endpointsOf(byName(a.c.Clusters())[meshmeta.LocalClusterName])["10.0.2.1:8080"].Metadata[discovery.MeshedMetadataKey] == ""
+		})
+	})
 }

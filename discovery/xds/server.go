@@ -429,6 +429,10 @@ func (s *Server) rebuild() {
 
 // translateLocked translates the given Services from the listers.
 func (s *Server) translateLocked(keys map[types.NamespacedName]bool) {
+	var plaintext func(types.NamespacedName, uint16) bool
+	if s.disableInUseLocked() {
+		plaintext = s.plaintextLocked
+	}
 	for key := range keys {
 		svc, err := s.src.services.Services(key.Namespace).Get(key.Name)
 		if err != nil {
@@ -445,7 +449,7 @@ func (s *Server) translateLocked(keys map[types.NamespacedName]bool) {
 		}
 		nodes, meshed := s.endpointRefs(slices)
 		scs, err := TranslateService(ServiceInput{Service: svc, Slices: slices, Nodes: nodes,
-			MeshedPods: meshed, ClusterDomain: s.opts.ClusterDomain})
+			MeshedPods: meshed, Plaintext: plaintext, ClusterDomain: s.opts.ClusterDomain})
 		if err != nil {
 			s.log.Error("service left out of xDS", "service", key.String(), "error", err)
 		}
