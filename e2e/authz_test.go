@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -186,4 +187,51 @@ spec:
 		}
 	}
 	t.Logf("policies deleted: every identity and plaintext answered again")
+
+	// DISABLE on the server's port: the caller's sidecar dials it in
+	// plaintext (the control plane takes the endpoint's meshed marker
+	// away), which the server's sidecar counts as such.
+	requests := func(policy string) float64 {
+		var n float64
+		for _, line := range strings.Split(httpGet(t, "http://"+guarded.Status.PodIP+":15090/stats/prometheus"), "\n") {
+			if strings.HasPrefix(line, "istio_requests_total{") && strings.Contains(line, `reporter="destination"`) &&
+				strings.Contains(line, `connection_security_policy="`+policy+`"`) {
+				var v float64
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+				n += v
+			}
+		}
+		return n
+	}
+	c.Kubectl(t, `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: plain-port, namespace: vault}
+spec:
+  selector: {matchLabels: {app: guarded}}
+  portLevelMtls: {8080: {mode: DISABLE}}
+`, "apply", "-f", "-")
+	t0 = time.Now()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		mtlsBefore, plainBefore := requests("mutual_tls"), requests("none")
+		got := fetchMethod(t, callers["caller"], "GET", target+"/public/x", 1)
+		if len(got) == 1 && got[0] == "guarded-0" && requests("none") > plainBefore && requests("mutual_tls") == mtlsBefore {
+			t.Logf("PeerAuthentication DISABLE on port 8080: the caller's request reached guarded-0 in plaintext %.1f s after the apply", time.Since(t0).Seconds())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DISABLE: the caller's requests still arrive over mTLS (answered %v)", got)
+		}
+	}
+	c.Kubectl(t, "", "delete", "-n", "vault", "peerauthentication/plain-port")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		mtlsBefore := requests("mutual_tls")
+		got := fetchMethod(t, callers["caller"], "GET", target+"/public/x", 1)
+		if len(got) == 1 && got[0] == "guarded-0" && requests("mutual_tls") > mtlsBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DISABLE deleted: the caller's requests still arrive in plaintext (answered %v)", got)
+		}
+	}
+	t.Logf("DISABLE deleted: the caller's requests arrive over mTLS again")
 }

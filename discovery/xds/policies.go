@@ -110,8 +110,8 @@ func (s *Server) disableInUseLocked() bool {
 // plaintextLocked says whether meshed pod key's PeerAuthentication
 // resolves to DISABLE for container port: its clients then reach it in
 // plaintext (Istio's auto mTLS follows the destination's
-// PeerAuthentication the same way). The injector's -mtls-mode DISABLE
-// makes every port so.
+// PeerAuthentication the same way). Options.MTLSMode DISABLE makes every
+// port so.
 func (s *Server) plaintextLocked(key types.NamespacedName, port uint16) bool {
 	pod, err := s.src.pods.Pods(key.Namespace).Get(key.Name)
 	if err != nil {
