@@ -10,7 +10,9 @@
 #   4. labels the namespace meshlet-demo for injection and deploys a demo:
 #      an echo Deployment spread over the three zones and a client in
 #      zone-a calling it twice a second;
-#   5. prints how to watch zone-aware routing and locality failover.
+#   5. prints how to watch zone-aware routing and locality failover, and
+#      how to run CI's cluster suite on the cluster (make e2e-cluster),
+#      whose test app it loads too (bin/images/meshlet-e2e-app.tar).
 # Needs docker (or another engine kind supports), kind, kubectl, helm (v4;
 # the tests use v4.3.2), Go and make, and a network to pull the demo's
 # busybox image. Safe to run again. `kind delete cluster --name meshlet` removes everything.
@@ -54,7 +56,9 @@ if [ "${SKIP_IMAGES:-}" = 1 ]; then
 elif grep -q '^images:' Makefile; then
 	say "images: make images TAG=$TAG, then kind load image-archive"
 	make --no-print-directory images TAG="$TAG"
-	for name in injector sidecar; do
+	# The cluster suite's test app (make e2e-cluster APP_IMAGE=...).
+	go run -trimpath ./hack/images build -dir bin/images -tag "$TAG" -images meshlet-e2e-app >/dev/null
+	for name in injector sidecar meshlet-e2e-app; do
 		archive=bin/images/$name.tar
 		[ -f "$archive" ] || die "make images made no $archive"
 		kind load image-archive "$archive" --name "$cluster"
@@ -153,5 +157,9 @@ Bring it back:
 The client's sidecar's own view: its upstream hosts with their zones and
 health (/clusters), its counters (/stats):
   kubectl --context $context -n $demo exec deploy/client -c app -- wget -qO- http://127.0.0.1:15000/clusters
+CI's cluster suite (injection, mTLS, zone failover, Prometheus scrape, STRICT,
+a Job) on this cluster, in namespaces of its own that it deletes after:
+  kind get kubeconfig --name $cluster >/tmp/kind-$cluster.kubeconfig
+  make e2e-cluster KUBECONFIG=/tmp/kind-$cluster.kubeconfig APP_IMAGE=ghcr.io/meshlet-dev/meshlet-e2e-app:$TAG
 Remove it all: kind delete cluster --name $cluster
 EOF
