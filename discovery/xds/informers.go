@@ -270,6 +270,7 @@ func (g *optionalGroup) startServed(ctx context.Context) ([]optionalKind, error)
 func (g *optionalGroup) watchLate(ctx context.Context) {
 	t := time.NewTicker(g.recheck)
 	defer t.Stop()
+	var lastErr string
 	for len(g.left) > 0 {
 		select {
 		case <-ctx.Done():
@@ -278,8 +279,15 @@ func (g *optionalGroup) watchLate(ctx context.Context) {
 		}
 		list, err := g.disco.ServerResourcesForGroupVersion(g.groupVersion)
 		if err != nil {
-			continue // NotFound: still not installed; others: next time
+			// NotFound: still not installed. Others (RBAC, the API
+			// server) are logged when they change, and asked again.
+			if msg := err.Error(); !apierrors.IsNotFound(err) && msg != lastErr {
+				g.log.Warn("discovery of kinds not served yet", "group_version", g.groupVersion, "error", err)
+				lastErr = msg
+			}
+			continue
 		}
+		lastErr = ""
 		served := map[string]bool{}
 		for _, r := range list.APIResources {
 			served[r.Name] = true
@@ -342,22 +350,25 @@ func (s *Server) routeGroup(gw gatewayclient.Interface, resync time.Duration, st
 			if err := startFactory(ctx, gf); err != nil {
 				return err
 			}
+			// Both kinds' caches in one swap: a rebuild between two would
+			// see HTTPRoutes without the GRPCRoutes that displace them.
+			s.setSource(func(src *sources) {
+				if inf, ok := infs["httproutes"]; ok {
+					src.routes = inf.GetIndexer()
+				}
+				if inf, ok := infs["grpcroutes"]; ok {
+					src.grpcRoutes = inf.GetIndexer()
+				}
+			})
 			for r, inf := range infs {
-				idx, kind := inf.GetIndexer(), httpRouteKind
+				kind := httpRouteKind
 				if r == "grpcroutes" {
 					kind = grpcRouteKind
 				}
-				s.setSource(func(src *sources) {
-					if kind == grpcRouteKind {
-						src.grpcRoutes = idx
-					} else {
-						src.routes = idx
-					}
-				})
-				status.setStore(kind, idx)
+				status.setStore(kind, inf.GetIndexer())
 				// The adds seen while listing were translated against
 				// the empty cache; translate them again.
-				for _, o := range idx.List() {
+				for _, o := range inf.GetIndexer().List() {
 					s.routeChanged(nil, o)
 				}
 			}
@@ -402,16 +413,16 @@ func (s *Server) policyGroup(ic istioclient.Interface, resync time.Duration, pst
 			if err := startFactory(ctx, isf); err != nil {
 				return err
 			}
+			s.setSource(func(src *sources) { // both in one swap, as routes
+				if inf, ok := infs["authorizationpolicies"]; ok {
+					src.authzPolicies = inf.GetIndexer()
+				}
+				if inf, ok := infs["peerauthentications"]; ok {
+					src.peerAuths = inf.GetIndexer()
+				}
+			})
 			for r, inf := range infs {
-				idx, authz := inf.GetIndexer(), r == "authorizationpolicies"
-				s.setSource(func(src *sources) {
-					if authz {
-						src.authzPolicies = idx
-					} else {
-						src.peerAuths = idx
-					}
-				})
-				pstatus.setStore(authz, idx)
+				pstatus.setStore(r == "authorizationpolicies", inf.GetIndexer())
 			}
 			// Translated again with the caches in (every Service: a
 			// PeerAuthentication may set ports to DISABLE).

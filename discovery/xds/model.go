@@ -221,7 +221,7 @@ func (s *Server) podChanged(old, cur *corev1.Pod) {
 	oldID, oldMeshed := s.podIdentity(old)
 	id, meshed := s.podIdentity(cur)
 	plaintextMayChange := false
-	if old != nil && cur != nil && !podPolicyInputsEqual(old, cur) {
+	if meshed && old != nil && cur != nil && !podPolicyInputsEqual(old, cur) {
 		s.mu.Lock()
 		plaintextMayChange = s.disableInUseLocked()
 		s.mu.Unlock()

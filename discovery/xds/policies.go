@@ -64,15 +64,25 @@ func (s *Server) policyChanged() {
 }
 
 // peerAuthChanged is policyChanged for a PeerAuthentication before and
-// after a change (nil: none): one that says DISABLE, before or after,
-// changes which endpoints clients reach in plaintext, so every Service is
-// translated again.
+// after a change (nil: none), already in the store. While a DISABLE is in
+// play (this policy said or says it, or another one does: a STRICT over a
+// DISABLE changes what it resolves to as much), which endpoints clients
+// reach in plaintext may have changed: the Services of the policy's
+// namespace are translated again, every Service for one of the root
+// namespace.
 func (s *Server) peerAuthChanged(old, cur *securityv1.PeerAuthentication) {
-	if saysDisable(old) || saysDisable(cur) {
-		s.mu.Lock()
-		s.allDirty = true
-		s.mu.Unlock()
+	p := cmp.Or(cur, old)
+	s.mu.Lock()
+	if p != nil && (saysDisable(old) || saysDisable(cur) || s.disableInUseLocked()) {
+		if p.Namespace == s.rootNamespace() {
+			s.allDirty = true
+		} else if svcs, err := s.src.services.Services(p.Namespace).List(labels.Everything()); err == nil {
+			for _, svc := range svcs {
+				s.dirty[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+			}
+		}
 	}
+	s.mu.Unlock()
 	s.policyChanged()
 }
 
@@ -107,21 +117,33 @@ func (s *Server) disableInUseLocked() bool {
 	return false
 }
 
-// plaintextLocked says whether meshed pod key's PeerAuthentication
-// resolves to DISABLE for container port: its clients then reach it in
-// plaintext (Istio's auto mTLS follows the destination's
-// PeerAuthentication the same way). Options.MTLSMode DISABLE makes every
-// port so.
-func (s *Server) plaintextLocked(key types.NamespacedName, port uint16) bool {
-	pod, err := s.src.pods.Pods(key.Namespace).Get(key.Name)
-	if err != nil {
-		pod = nil
+// plaintextLocked returns what says whether a meshed pod's
+// PeerAuthentication resolves to DISABLE for a container port: its
+// clients then reach it there in plaintext (Istio's auto mTLS follows the
+// destination's PeerAuthentication the same way; Options.MTLSMode DISABLE
+// makes every port so). Each pod's modes are resolved once per func, one
+// translation pass.
+func (s *Server) plaintextLocked() func(types.NamespacedName, uint16) bool {
+	type modes struct {
+		mode  secapi.PeerAuthentication_MutualTLS_Mode
+		ports map[uint32]secapi.PeerAuthentication_MutualTLS_Mode
 	}
-	mode, ports := s.peerAuthenticationFor(key.Namespace, pod)
-	if m, ok := ports[uint32(port)]; ok {
-		mode = m
+	seen := map[types.NamespacedName]modes{}
+	return func(key types.NamespacedName, port uint16) bool {
+		m, ok := seen[key]
+		if !ok {
+			pod, err := s.src.pods.Pods(key.Namespace).Get(key.Name)
+			if err != nil {
+				pod = nil
+			}
+			m.mode, m.ports = s.peerAuthenticationFor(key.Namespace, pod)
+			seen[key] = m
+		}
+		if pm, ok := m.ports[uint32(port)]; ok {
+			return pm == secapi.PeerAuthentication_MutualTLS_DISABLE
+		}
+		return m.mode == secapi.PeerAuthentication_MutualTLS_DISABLE
 	}
-	return mode == secapi.PeerAuthentication_MutualTLS_DISABLE
 }
 
 // workloadPolicies is one set of policies' translation, shared by every
@@ -214,10 +236,11 @@ func (s *Server) peerAuthenticationFor(ns string, pod *corev1.Pod) (secapi.PeerA
 		mode = secapi.PeerAuthentication_MutualTLS_Mode(m)
 	}
 	if pod != nil {
-		if v, ok := pod.Annotations[MTLSModeAnnotation]; ok {
-			if m, ok := secapi.PeerAuthentication_MutualTLS_Mode_value[strings.ToUpper(v)]; ok && m != 0 {
-				return secapi.PeerAuthentication_MutualTLS_Mode(m), nil
-			}
+		// STRICT or PERMISSIVE, as the webhook admits it; anything else
+		// (an annotation edited after injection) is not an override.
+		switch m := secapi.PeerAuthentication_MutualTLS_Mode_value[strings.ToUpper(strings.TrimSpace(pod.Annotations[MTLSModeAnnotation]))]; secapi.PeerAuthentication_MutualTLS_Mode(m) {
+		case secapi.PeerAuthentication_MutualTLS_STRICT, secapi.PeerAuthentication_MutualTLS_PERMISSIVE:
+			return secapi.PeerAuthentication_MutualTLS_Mode(m), nil
 		}
 	}
 	var mesh, namespace, workload *securityv1.PeerAuthentication

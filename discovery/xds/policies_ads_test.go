@@ -227,8 +227,37 @@ func TestPeerAuthenticationDisableTowardsClients(t *testing.T) {
 		waitFor(t, "echo-a meshed again", func() bool { return meshed("10.0.1.1:8080") == "true" })
 
 		cp.srv.UpsertPeerAuthentication(peerAuthFromYAML(t, "default", "ns-plain", "mtls: {mode: DISABLE}", 1))
-		waitFor(t, "every meshed pod of the namespace in plaintext", func() bool {
-			return meshed("10.0.1.1:8080") == "" && endpointsOf(byName(a.c.Clusters())[meshmeta.LocalClusterName])["10.0.2.1:8080"].Metadata[discovery.MeshedMetadataKey] == ""
-		})
+		webMeshed := func() string {
+			return endpointsOf(byName(a.c.Clusters())[meshmeta.LocalClusterName])["10.0.2.1:8080"].Metadata[discovery.MeshedMetadataKey]
+		}
+		waitFor(t, "every meshed pod of the namespace in plaintext", func() bool { return meshed("10.0.1.1:8080") == "" && webMeshed() == "" })
+
+		// A STRICT workload policy over the namespace's DISABLE: echo-a
+		// takes mTLS again (its sidecar refuses plaintext), web stays
+		// plaintext.
+		cp.srv.UpsertPeerAuthentication(peerAuthFromYAML(t, "default", "echo-strict", "selector: {matchLabels: {app: echo}}\nmtls: {mode: STRICT}", 1))
+		waitFor(t, "STRICT over DISABLE", func() bool { return meshed("10.0.1.1:8080") == "true" && webMeshed() == "" })
+		cp.srv.DeletePeerAuthentication(nn("default", "echo-strict"))
+		waitFor(t, "the STRICT policy gone", func() bool { return meshed("10.0.1.1:8080") == "" })
+
+		// The pod annotation overrides STRICT or PERMISSIVE only: a
+		// DISABLE written on the pod after injection is ignored, and
+		// PERMISSIVE wins over the namespace's DISABLE.
+		p, _ := cp.srv.src.pods.Pods("default").Get("echo-a")
+		p = p.DeepCopy()
+		p.Annotations[MTLSModeAnnotation] = "PERMISSIVE"
+		cp.srv.UpsertPod(p)
+		waitFor(t, "the PERMISSIVE annotation", func() bool { return meshed("10.0.1.1:8080") == "true" })
+		cp.srv.DeletePeerAuthentication(nn("default", "ns-plain"))
+		cp.srv.UpsertPeerAuthentication(peerAuthFromYAML(t, "other", "plain", "mtls: {mode: DISABLE}", 1)) // DISABLE in play elsewhere
+		p = p.DeepCopy()
+		p.Annotations[MTLSModeAnnotation] = "DISABLE"
+		cp.srv.UpsertPod(p)
+		waitFor(t, "web meshed again", func() bool { return webMeshed() == "true" })
+		cp.srv.mu.Lock()
+		plaintext := cp.srv.plaintextLocked()(nn("default", "echo-a"), 8080)
+		cp.srv.mu.Unlock()
+		eq(t, plaintext, false)
+		eq(t, meshed("10.0.1.1:8080"), "true")
 	})
 }

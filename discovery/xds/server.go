@@ -431,7 +431,7 @@ func (s *Server) rebuild() {
 func (s *Server) translateLocked(keys map[types.NamespacedName]bool) {
 	var plaintext func(types.NamespacedName, uint16) bool
 	if s.disableInUseLocked() {
-		plaintext = s.plaintextLocked
+		plaintext = s.plaintextLocked()
 	}
 	for key := range keys {
 		svc, err := s.src.services.Services(key.Namespace).Get(key.Name)
