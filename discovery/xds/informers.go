@@ -466,20 +466,14 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// routesServed asks the API server's discovery which resources it serves
-// in gateway.networking.k8s.io/v1: NotFound (the group or version is
-// unknown) means none. Other errors are retried every second until ctx
-// ends, since the other informers need the API server as much.
-func routesServed(ctx context.Context, gw gatewayclient.Interface) (map[string]bool, error) {
-	return resourcesServed(ctx, gw.Discovery(), routeGroupVersion)
-}
-
 // securityGroupVersion is where Istio's PeerAuthentications and
 // AuthorizationPolicies are served.
 const securityGroupVersion = "security.istio.io/v1"
 
 // resourcesServed asks the API server's discovery which resources it
-// serves in groupVersion, as routesServed.
+// serves in groupVersion: NotFound (the group or version is unknown)
+// means none. Other errors are retried every second until ctx ends, since
+// the other informers need the API server as much.
 func resourcesServed(ctx context.Context, d discovery.DiscoveryInterface, groupVersion string) (map[string]bool, error) {
 	served := map[string]bool{}
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
