@@ -10,6 +10,7 @@ package webhook
 import (
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -84,10 +85,14 @@ const (
 
 // Names of what the injector adds.
 const (
-	ProxyContainer  = "meshlet-proxy"
-	TokenVolume     = "meshlet-token"
-	RootCAVolume    = "meshlet-root-ca"
-	CgroupVolume    = "meshlet-host-cgroup"
+	ProxyContainer = "meshlet-proxy"
+	TokenVolume    = "meshlet-token"
+	RootCAVolume   = "meshlet-root-ca"
+	CgroupVolume   = "meshlet-host-cgroup"
+	// IdentityVolume and IdentityPath are the csi-driver-spiffe volume of
+	// Config.IdentityCSIDriver and where the sidecar reads it.
+	IdentityVolume  = "meshlet-identity"
+	IdentityPath    = "/var/run/secrets/meshlet/identity"
 	TokenAudience   = "meshlet"
 	TokenPath       = "/var/run/secrets/meshlet/tokens"
 	RootCAPath      = "/var/run/secrets/meshlet/root-ca"
@@ -143,6 +148,14 @@ type Config struct {
 	// sampling percentage (Istio's default 1).
 	TracingEndpoint string
 	TraceSampling   float64
+	// IdentityCSIDriver, when set, is the name of a cert-manager
+	// csi-driver-spiffe CSI driver (spiffe.csi.cert-manager.io) that gives
+	// each pod its SPIFFE certificate, key and trust bundle as files
+	// (tls.crt, tls.key, ca.crt); the sidecar then reads them
+	// (sidecar run -identity-dir) instead of asking the control plane's CA
+	// over SDS. The volume asks for the files' group to be ProxyUID's, so
+	// that the sidecar, which drops root, reads the rotated ones.
+	IdentityCSIDriver string
 	// PrometheusAnnotations adds the prometheus.io scrape annotations,
 	// pointed at the sidecar's metrics, to pods that carry none of their
 	// own (an app's own are left alone: its scrape keeps working, and the
@@ -183,9 +196,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("webhook: config trace_sampling: %v (want a percentage from 0 to 100)", c.TraceSampling)
 	case c.TracingEndpoint != "" && !validHostPort(c.TracingEndpoint):
 		return fmt.Errorf("webhook: config tracing_endpoint: %q (want host:port of an OTLP/gRPC collector)", c.TracingEndpoint)
+	case c.IdentityCSIDriver != "" && !csiDriverName.MatchString(c.IdentityCSIDriver):
+		return fmt.Errorf("webhook: config identity_csi_driver: %q (want a CSI driver name, such as spiffe.csi.cert-manager.io)", c.IdentityCSIDriver)
 	}
 	return nil
 }
+
+// csiDriverName is what Kubernetes accepts as a CSI driver's name: at most
+// 63 characters, alphanumerics with dashes and dots between.
+var csiDriverName = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]{0,61}[a-zA-Z0-9])?$`)
 
 func validHostPort(s string) bool {
 	host, port, err := net.SplitHostPort(s)

@@ -88,9 +88,13 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, error) {
 	} else {
 		out.Spec.Containers = append([]corev1.Container{proxy}, out.Spec.Containers...)
 	}
-	out.Spec.Volumes = append(out.Spec.Volumes, volumes(cfg)...)
-	st, _ := json.Marshal(status{Version: injectorVersion, Mode: mode, Containers: []string{ProxyContainer},
-		Volumes: []string{TokenVolume, RootCAVolume, CgroupVolume}})
+	vols := volumes(cfg)
+	out.Spec.Volumes = append(out.Spec.Volumes, vols...)
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	st, _ := json.Marshal(status{Version: injectorVersion, Mode: mode, Containers: []string{ProxyContainer}, Volumes: names})
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
@@ -232,9 +236,9 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		// app ports), clusters and routes over xDS and the workload
 		// certificate over SDS from the control plane, authenticated with
 		// the projected token over TLS to the mesh root.
-		Args: []string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)", "--sds=$(MESHLET_CONTROL_PLANE)",
-			"--xds-ca=" + RootCAPath + "/root-cert.pem", "--xds-token=" + TokenPath + "/meshlet-token",
-			"--proxy-uid=" + strconv.FormatInt(cfg.ProxyUID, 10)},
+		Args: append([]string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)"}, append(identityArgs(cfg),
+			"--xds-ca="+RootCAPath+"/root-cert.pem", "--xds-token="+TokenPath+"/meshlet-token",
+			"--proxy-uid="+strconv.FormatInt(cfg.ProxyUID, 10))...),
 		Env: env, Resources: res,
 		Ports: []corev1.ContainerPort{
 			{Name: "meshlet-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
@@ -266,6 +270,9 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 			Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/sidecar", "drain"}},
 		}},
 	}
+	if cfg.IdentityCSIDriver != "" {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: IdentityVolume, MountPath: IdentityPath, ReadOnly: true})
+	}
 	if mode == "native" {
 		always := corev1.ContainerRestartPolicyAlways
 		c.RestartPolicy = &always
@@ -279,6 +286,18 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		c.Lifecycle.PostStart = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/sidecar", "wait"}}}
 	}
 	return c, nil
+}
+
+// identityArgs is where the sidecar's certificate comes from: SDS from
+// the control plane, or the csi-driver-spiffe files, which must name the
+// pod's own SPIFFE ID (Kubernetes expands the $(VAR)s from the container's
+// environment).
+func identityArgs(cfg Config) []string {
+	if cfg.IdentityCSIDriver == "" {
+		return []string{"--sds=$(MESHLET_CONTROL_PLANE)"}
+	}
+	return []string{"--identity-dir=" + IdentityPath, "--identity-files=tls.crt,tls.key,ca.crt",
+		"--identity=spiffe://$(MESHLET_TRUST_DOMAIN)/ns/$(POD_NAMESPACE)/sa/$(SERVICE_ACCOUNT)"}
 }
 
 // appPorts lists the app containers' TCP ports, each once, for the
@@ -346,7 +365,7 @@ func validateList(ann, v string) error {
 func volumes(cfg Config) []corev1.Volume {
 	expiry := int64(43200)
 	dir := corev1.HostPathDirectory
-	return []corev1.Volume{
+	vols := []corev1.Volume{
 		// Mode 0644: the sidecar re-reads the rotated token as ProxyUID
 		// (the kubelet would make it 0600 for the pod's uid when all
 		// containers share one); only the sidecar container mounts it.
@@ -356,7 +375,17 @@ func volumes(cfg Config) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: cfg.RootCAConfigMap}}}},
 		{Name: CgroupVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: &dir}}},
 	}
+	if cfg.IdentityCSIDriver != "" {
+		vols = append(vols, corev1.Volume{Name: IdentityVolume, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+			Driver: cfg.IdentityCSIDriver, ReadOnly: ptr(true),
+			VolumeAttributes: map[string]string{csiSPIFFEFSGroup: strconv.FormatInt(cfg.ProxyUID, 10)}}}})
+	}
+	return vols
 }
+
+// csiSPIFFEFSGroup is csi-driver-spiffe's volume attribute that sets the
+// group of the files it writes.
+const csiSPIFFEFSGroup = "spiffe.csi.cert-manager.io/fs-group"
 
 // appProber is what the sidecar needs to run an app's probe itself.
 type appProber struct {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -456,5 +457,63 @@ func TestInjectPrometheusAnnotations(t *testing.T) {
 		if v, ok := out.Annotations[k]; ok {
 			t.Errorf("PrometheusAnnotations off: annotation %s=%q added", k, v)
 		}
+	}
+}
+
+// With a csi-driver-spiffe driver named, the sidecar reads its identity
+// from the driver's files, which must name the pod's own SPIFFE ID,
+// instead of SDS; the volume asks for the files' group to be the proxy's.
+func TestInjectIdentityCSIDriver(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.IdentityCSIDriver = "spiffe.csi.cert-manager.io"
+	out, err := Inject(appPod(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := out.Spec.InitContainers[0]
+	args := strings.Join(proxy.Args, " ")
+	for _, want := range []string{"--identity-dir=" + IdentityPath, "--identity-files=tls.crt,tls.key,ca.crt",
+		"--identity=spiffe://$(MESHLET_TRUST_DOMAIN)/ns/$(POD_NAMESPACE)/sa/$(SERVICE_ACCOUNT)", "--xds=$(MESHLET_CONTROL_PLANE)"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if strings.Contains(args, "--sds") {
+		t.Errorf("args %q still ask SDS", args)
+	}
+	for _, env := range []string{"MESHLET_TRUST_DOMAIN", "POD_NAMESPACE", "SERVICE_ACCOUNT"} {
+		if !slices.ContainsFunc(proxy.Env, func(e corev1.EnvVar) bool { return e.Name == env }) {
+			t.Errorf("no env %s for the --identity expansion", env)
+		}
+	}
+	var vol *corev1.Volume
+	for i := range out.Spec.Volumes {
+		if out.Spec.Volumes[i].Name == IdentityVolume {
+			vol = &out.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.CSI == nil || vol.CSI.Driver != cfg.IdentityCSIDriver || vol.CSI.ReadOnly == nil || !*vol.CSI.ReadOnly ||
+		vol.CSI.VolumeAttributes["spiffe.csi.cert-manager.io/fs-group"] != "1337" {
+		t.Fatalf("identity volume: %+v", vol)
+	}
+	if !slices.ContainsFunc(proxy.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == IdentityVolume && m.MountPath == IdentityPath && m.ReadOnly
+	}) {
+		t.Errorf("no read-only mount of %s: %+v", IdentityVolume, proxy.VolumeMounts)
+	}
+	if !strings.Contains(out.Annotations[StatusAnnotation], IdentityVolume) {
+		t.Errorf("status %s does not name the identity volume", out.Annotations[StatusAnnotation])
+	}
+	cfg.IdentityCSIDriver = "not a driver/"
+	if _, err := Inject(appPod(), cfg); err == nil || !strings.Contains(err.Error(), "identity_csi_driver") {
+		t.Errorf("bad driver name: %v", err)
+	}
+	// Without it, SDS as before and no identity volume.
+	out, err = Inject(appPod(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(out.Spec.InitContainers[0].Args, " "); !strings.Contains(args, "--sds=$(MESHLET_CONTROL_PLANE)") || strings.Contains(args, "identity") {
+		t.Errorf("default args %q", args)
 	}
 }

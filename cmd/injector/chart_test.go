@@ -50,7 +50,7 @@ func TestChartArgs(t *testing.T) {
 	}
 	q := resource.MustParse
 	strict := defaults
-	strict.MTLSMode, strict.Concurrency = "STRICT", 1
+	strict.MTLSMode, strict.Concurrency, strict.IdentityCSIDriver = "STRICT", 1, "spiffe.csi.cert-manager.io"
 	custom := withRes(defaults, corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("64Mi")},
 		corev1.ResourceList{corev1.ResourceCPU: q("1"), corev1.ResourceMemory: q("512Mi")})
 	custom.Image, custom.ImagePullPolicy = "registry.example/meshlet/sidecar@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945", corev1.PullAlways

@@ -22,8 +22,11 @@ import (
 )
 
 // TestRunIdentityDirGatesReadiness runs `sidecar run -identity-dir` on an
-// empty directory: not ready while the files are missing or refused, ready
-// once a good set is written, serving it on the metrics' expiry gauge.
+// empty directory, with -identity the ID the files must name (as the
+// injector runs it with csi-driver-spiffe): not ready while the files are
+// missing or refused (a key of another certificate, another workload's
+// valid set), ready once a good set is written, serving it on the
+// metrics' expiry gauge.
 func TestRunIdentityDirGatesReadiness(t *testing.T) {
 	free := func() string {
 		l, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -37,7 +40,8 @@ func TestRunIdentityDirGatesReadiness(t *testing.T) {
 	logs := captureStderr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"-config", path, "-identity-dir", dir, "-identity-files", "tls.crt,tls.key,ca.crt"}, io.Discard)
+		done <- run([]string{"-config", path, "-identity-dir", dir, "-identity-files", "tls.crt,tls.key,ca.crt",
+			"-identity", "spiffe://cluster.local/ns/prod/sa/web"}, io.Discard)
 	}()
 	ready := func() int {
 		resp, err := http.Get("http://" + admin + "/ready")
@@ -82,7 +86,18 @@ func TestRunIdentityDirGatesReadiness(t *testing.T) {
 	if code := ready(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/ready %d after a refused set, want 503", code)
 	}
+	dbChain, dbKey := testtool.Issue(t, ca, spiffeid.RequireFromString("spiffe://cluster.local/ns/prod/sa/db"), time.Hour)
+	dbKeyPEM, _ := mtls.EncodePrivateKeyPEM(dbKey)
+	put("tls.key", dbKeyPEM)
+	put("tls.crt", mtls.EncodeCertificatesPEM(dbChain))
+	waitUntil("another workload's set to be refused", func() bool {
+		return strings.Contains(logs(), "names spiffe://cluster.local/ns/prod/sa/db, want spiffe://cluster.local/ns/prod/sa/web")
+	})
+	if code := ready(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/ready %d after another workload's set, want 503", code)
+	}
 	put("tls.key", keyPEM)
+	put("tls.crt", mtls.EncodeCertificatesPEM(chain))
 	waitUntil("readiness after the good set", func() bool { return ready() == http.StatusOK })
 	resp, err := http.Get("http://" + admin + "/stats/prometheus")
 	if err != nil {
