@@ -49,7 +49,7 @@ type status struct {
 }
 
 // injectorVersion changes when what Inject adds changes.
-const injectorVersion = "2"
+const injectorVersion = "3"
 
 // Inject returns the pod with the sidecar added. A pod that already
 // carries StatusAnnotation is returned unchanged (idempotent: reinvocation
@@ -234,8 +234,9 @@ func proxyContainer(pod *corev1.Pod, cfg Config, mode string) (corev1.Container,
 		Name: ProxyContainer, Image: image, ImagePullPolicy: cfg.ImagePullPolicy,
 		// The pod config (listeners on Istio's ports, inbound routes to the
 		// app ports), clusters and routes over xDS and the workload
-		// certificate over SDS from the control plane, authenticated with
-		// the projected token over TLS to the mesh root.
+		// certificate over SDS from the control plane (or from the
+		// csi-driver-spiffe volume, identityArgs), authenticated with the
+		// projected token over TLS to the mesh root.
 		Args: append([]string{"run", "--pod", "--redirect=ebpf", "--xds=$(MESHLET_CONTROL_PLANE)"}, append(identityArgs(cfg),
 			"--xds-ca="+RootCAPath+"/root-cert.pem", "--xds-token="+TokenPath+"/meshlet-token",
 			"--proxy-uid="+strconv.FormatInt(cfg.ProxyUID, 10))...),

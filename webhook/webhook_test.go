@@ -466,6 +466,7 @@ func TestInjectPrometheusAnnotations(t *testing.T) {
 func TestInjectIdentityCSIDriver(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.IdentityCSIDriver = "spiffe.csi.cert-manager.io"
+	cfg.ProxyUID = 4242
 	out, err := Inject(appPod(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -481,9 +482,14 @@ func TestInjectIdentityCSIDriver(t *testing.T) {
 	if strings.Contains(args, "--sds") {
 		t.Errorf("args %q still ask SDS", args)
 	}
-	for _, env := range []string{"MESHLET_TRUST_DOMAIN", "POD_NAMESPACE", "SERVICE_ACCOUNT"} {
-		if !slices.ContainsFunc(proxy.Env, func(e corev1.EnvVar) bool { return e.Name == env }) {
-			t.Errorf("no env %s for the --identity expansion", env)
+	// What --identity expands from: the mesh's trust domain, and the
+	// pod's namespace and service account from the downward API.
+	for env, from := range map[string]string{"MESHLET_TRUST_DOMAIN": "cluster.local", "POD_NAMESPACE": "metadata.namespace",
+		"SERVICE_ACCOUNT": "spec.serviceAccountName"} {
+		if !slices.ContainsFunc(proxy.Env, func(e corev1.EnvVar) bool {
+			return e.Name == env && (e.Value == from || e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == from)
+		}) {
+			t.Errorf("no env %s from %s for the --identity expansion: %+v", env, from, proxy.Env)
 		}
 	}
 	var vol *corev1.Volume
@@ -493,7 +499,7 @@ func TestInjectIdentityCSIDriver(t *testing.T) {
 		}
 	}
 	if vol == nil || vol.CSI == nil || vol.CSI.Driver != cfg.IdentityCSIDriver || vol.CSI.ReadOnly == nil || !*vol.CSI.ReadOnly ||
-		vol.CSI.VolumeAttributes["spiffe.csi.cert-manager.io/fs-group"] != "1337" {
+		vol.CSI.VolumeAttributes["spiffe.csi.cert-manager.io/fs-group"] != "4242" {
 		t.Fatalf("identity volume: %+v", vol)
 	}
 	if !slices.ContainsFunc(proxy.VolumeMounts, func(m corev1.VolumeMount) bool {

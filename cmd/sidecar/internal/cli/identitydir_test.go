@@ -109,6 +109,26 @@ func TestRunIdentityDirGatesReadiness(t *testing.T) {
 		t.Errorf("metrics lack the ready certificate with about an hour left:\n%s", body)
 	}
 
+	// Another workload's set once ready: refused, the pod's own kept.
+	before := strings.Count(logs(), "names spiffe://cluster.local/ns/prod/sa/db")
+	put("tls.key", dbKeyPEM)
+	put("tls.crt", mtls.EncodeCertificatesPEM(dbChain))
+	waitUntil("another workload's set refused again", func() bool {
+		return strings.Count(logs(), "names spiffe://cluster.local/ns/prod/sa/db") > before
+	})
+	if code := ready(); code != http.StatusOK {
+		t.Errorf("/ready %d after a refused set, want the last good identity to keep it 200", code)
+	}
+	resp, err = http.Get("http://" + admin + "/certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(certs), "spiffe://cluster.local/ns/prod/sa/web") || strings.Contains(string(certs), "sa/db") {
+		t.Errorf("/certs after another workload's set: %s", certs)
+	}
+
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {
 	case err := <-done:
