@@ -6,11 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,10 +93,6 @@ func pushApp(t *testing.T, reg string) string {
 // http_sd; the relabelling is Prometheus's. It returns the base URL.
 func podPrometheus(t *testing.T, c *Cluster) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is not installed (Debian package prometheus; .ci/run installs it): %v", err)
-	}
 	sd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pods, err := c.Client.CoreV1().Pods("").List(r.Context(), metav1.ListOptions{})
 		if err != nil {
@@ -120,8 +114,7 @@ func podPrometheus(t *testing.T, c *Cluster) string {
 		json.NewEncoder(w).Encode(groups)
 	}))
 	t.Cleanup(sd.Close)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`global: {scrape_interval: 1s}
+	addr, p := startPrometheus(t, "prometheus-pods", fmt.Sprintf(`global: {scrape_interval: 1s}
 scrape_configs:
   - job_name: kubernetes-pods
     http_sd_configs: [{url: %q, refresh_interval: 1s}]
@@ -133,13 +126,6 @@ scrape_configs:
       - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
       - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
 `, sd.URL))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	p := startProc(t, "prometheus-pods", bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if resp, err := http.Get("http://" + addr + "/-/ready"); err == nil {
 			resp.Body.Close()

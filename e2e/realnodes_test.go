@@ -429,11 +429,6 @@ func keys(m map[string]bool) []string {
 // its query API to query, and its address.
 func scrapeWithPrometheus(t *testing.T, targets, controlPlane []string, query string) (answer, addr string) {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is not installed (Debian package prometheus; .ci/run installs it): %v", err)
-	}
-	dir := t.TempDir()
 	quote := func(l []string) string {
 		q := make([]string, len(l))
 		for i, tg := range l {
@@ -441,7 +436,7 @@ func scrapeWithPrometheus(t *testing.T, targets, controlPlane []string, query st
 		}
 		return strings.Join(q, ", ")
 	}
-	cfg := writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`global: {scrape_interval: 1s}
+	addr, p := startPrometheus(t, "prometheus", fmt.Sprintf(`global: {scrape_interval: 1s}
 scrape_configs:
   - job_name: meshlet-sidecars
     metrics_path: /stats/prometheus
@@ -450,13 +445,6 @@ scrape_configs:
     metrics_path: /metrics
     static_configs: [{targets: [%s]}]
 `, quote(targets), quote(controlPlane)))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = l.Addr().String()
-	l.Close()
-	p := startProc(t, "prometheus", bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
 		resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(query))
 		if err == nil {
@@ -476,6 +464,25 @@ scrape_configs:
 			t.Fatalf("Prometheus never answered %s with a result (targets %v):\n%s", query, targets, tail(p.out.String(), 2000))
 		}
 	}
+}
+
+// startPrometheus runs Debian's Prometheus with config (YAML) on a free
+// loopback port until the test ends, and returns its address.
+func startPrometheus(t *testing.T, name, config string) (string, *proc) {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is not installed (Debian package prometheus; .ci/run installs it): %v", err)
+	}
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "prometheus.yml", config)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr, startProc(t, name, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 }
 
 // deployShop creates the labelled namespace "shop" with the echo Service,

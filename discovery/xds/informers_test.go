@@ -27,11 +27,6 @@ import (
 // logged.
 func runRouteInformers(t *testing.T, served []string, routes ...runtime.Object) (*Server, *gatewayfake.Clientset, *atomic.Int64) {
 	t.Helper()
-	var objs []runtime.Object
-	for _, s := range shop() {
-		objs = append(objs, s)
-	}
-	kube := k8sfake.NewClientset(objs...)
 	gw := gatewayfake.NewSimpleClientset(routes...)
 	if len(served) > 0 {
 		list := &metav1.APIResourceList{GroupVersion: "gateway.networking.k8s.io/v1"}
@@ -40,9 +35,25 @@ func runRouteInformers(t *testing.T, served []string, routes ...runtime.Object) 
 		}
 		gw.Resources = []*metav1.APIResourceList{list}
 	}
+	s, missing := runInformersOn(t, gw)
+	return s, gw, missing
+}
+
+// runInformersOn runs RunInformersWithRoutes and the server on a fake
+// kube client holding shop's Services and on gw, until the first synced
+// rebuild; it returns the server and how many times the missing
+// HTTPRoute CRD was logged. Kinds not served are asked for again every
+// 20 ms.
+func runInformersOn(t *testing.T, gw *gatewayfake.Clientset) (*Server, *atomic.Int64) {
+	t.Helper()
+	var objs []runtime.Object
+	for _, s := range shop() {
+		objs = append(objs, s)
+	}
+	kube := k8sfake.NewClientset(objs...)
 	var missing atomic.Int64
 	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served: no routes until its CRD is installed", &missing})
-	s := NewServer(Options{Logger: log, Debounce: 10 * time.Millisecond})
+	s := NewServer(Options{Logger: log, Debounce: 10 * time.Millisecond, RecheckKinds: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- s.Run(ctx) }()
@@ -57,7 +68,7 @@ func runRouteInformers(t *testing.T, served []string, routes ...runtime.Object) 
 		defer s.mu.Unlock()
 		return s.synced
 	})
-	return s, gw, &missing
+	return s, &missing
 }
 
 func hasRoutes(s *Server) bool {
@@ -154,29 +165,9 @@ func installable(f *k8stesting.Fake, groupVersion string, resources ...string) *
 // way against a real API server: e2e TestKindsInstalledLater.)
 func TestInformersStartRoutesInstalledLater(t *testing.T) {
 	route := httpRoute("shop", "r", 0, []gatewayv1.ParentReference{svcRef("", "echo", 80)}, rule(nil, to("", "v1", 80, nil)))
-	var kubeObjs []runtime.Object
-	for _, o := range shop() {
-		kubeObjs = append(kubeObjs, o)
-	}
 	gw := gatewayfake.NewSimpleClientset(route)
 	installed := installable(&gw.Fake, routeGroupVersion, "httproutes", "grpcroutes")
-	var missing atomic.Int64
-	log := slog.New(countingHandler{quiet.Handler(), "HTTPRoutes not served: no routes until its CRD is installed", &missing})
-	s := NewServer(Options{Logger: log, Debounce: 10 * time.Millisecond, RecheckKinds: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- s.Run(ctx) }()
-	go func() { done <- RunInformersWithRoutes(ctx, k8sfake.NewClientset(kubeObjs...), gw, s, 0) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-	})
-	waitFor(t, "a synced rebuild", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.synced
-	})
+	s, missing := runInformersOn(t, gw)
 	eq(t, missing.Load(), int64(1))
 	eq(t, hasRoutes(s), false)
 

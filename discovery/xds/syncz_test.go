@@ -94,20 +94,28 @@ func TestSyncz(t *testing.T) {
 	}
 }
 
+// rawADS is a state-of-the-world ADS stream to addr, without a client's
+// bookkeeping: the test sends each request itself. It ends with the test.
+func rawADS(t *testing.T, addr string) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
 // State of the world: every request after a response carries its nonce,
 // so a subscription change after a NACK (still the old version) must not
 // read as an ACK of the rejected one.
 func TestSynczSotW(t *testing.T) {
 	cp := startShop(t)
-	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := rawADS(t, cp.addr)
 	send := func(req *discoveryv3.DiscoveryRequest) {
 		t.Helper()
 		if err := stream.Send(req); err != nil {
@@ -145,15 +153,7 @@ func TestSynczSotW(t *testing.T) {
 // sidecar alongside is served and in sync all the while.
 func TestSynczTypeFlood(t *testing.T) {
 	cp := startShop(t, echoRoute())
-	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := rawADS(t, cp.addr)
 	for i := range 500 {
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/flood.T%d", i), ResponseNonce: fmt.Sprint(i)}
 		if i == 0 {

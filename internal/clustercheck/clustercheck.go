@@ -202,6 +202,21 @@ func (a access) String() string {
 	return fmt.Sprintf("%s %s %s", a.verb, res, where)
 }
 
+// notAllowed lists, as access strings, the asks the caller is denied.
+func notAllowed(ctx context.Context, client kubernetes.Interface, asks []access) ([]string, error) {
+	var denied []string
+	for _, a := range asks {
+		ok, err := allowed(ctx, client, a)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			denied = append(denied, a.String())
+		}
+	}
+	return denied, nil
+}
+
 // allowed asks the API server whether the caller may do a.
 func allowed(ctx context.Context, client kubernetes.Interface, a access) (bool, error) {
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
@@ -265,28 +280,19 @@ func checkInstallRights(ctx context.Context, client kubernetes.Interface, ns, re
 		releaseNS = "default"
 	}
 	asks = append(asks, access{verb: "create", resource: "secrets", ns: releaseNS})
-	var denied []string
-	for _, a := range asks {
-		ok, err := allowed(ctx, client, a)
-		if err != nil {
-			r.Status, r.Detail = preflight.Fail, err.Error()
-			return r
-		}
-		if !ok {
-			denied = append(denied, a.String())
-		}
+	denied, err := notAllowed(ctx, client, asks)
+	if err != nil {
+		r.Status, r.Detail = preflight.Fail, err.Error()
+		return r
 	}
-	var lacking []string
+	var grantAsks []access
 	for _, g := range routeRights {
-		a := access{verb: g.verb, group: g.group, resource: g.resource, subresource: g.subresource}
-		ok, err := allowed(ctx, client, a)
-		if err != nil {
-			r.Status, r.Detail = preflight.Fail, err.Error()
-			return r
-		}
-		if !ok {
-			lacking = append(lacking, a.String())
-		}
+		grantAsks = append(grantAsks, access{verb: g.verb, group: g.group, resource: g.resource, subresource: g.subresource})
+	}
+	lacking, err := notAllowed(ctx, client, grantAsks)
+	if err != nil {
+		r.Status, r.Detail = preflight.Fail, err.Error()
+		return r
 	}
 	grants := fmt.Sprintf("hold the %d rights the ClusterRole grants on Gateway API routes and Istio security policies", len(routeRights))
 	if len(lacking) > 0 {
