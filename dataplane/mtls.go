@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"golang.org/x/net/http2"
 
 	"github.com/meshlet-dev/meshlet/config"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h2"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
@@ -123,11 +123,7 @@ func (w *worker) serveInbound(c *net.TCPConn, st *state, ls *listenerState, info
 	switch cs.NegotiatedProtocol {
 	case mtls.ALPNHTTP2:
 		info.h2 = &h2Conn{conn: tc}
-		w.h2.ServeConn(tc, &http2.ServeConnOpts{
-			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
-			Handler:    http.HandlerFunc(w.serveStream),
-			BaseConfig: w.httpSrv,
-		})
+		w.meshH2.ServeConn(context.WithValue(w.s.ctx, connInfoKey{}, info), tc)
 		tc.Close()
 	default: // ALPNOpaqueTCP, or none offered: opaque bytes
 		w.proxyTCP(tc, st, ls, info, nil)
@@ -318,12 +314,10 @@ func newMeshTransport(w *worker, c *cluster, kind transportKind) http.RoundTripp
 			ExpectContinueTimeout: time.Second,
 		}
 	}
-	return &http2.Transport{
-		AllowHTTP: true, // the request URL says http; the connection is mTLS
-		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-			return dial(ctx, mtls.ALPNHTTP2)
-		},
-		IdleConnTimeout: idleTimeout(c),
+	return &h2.Transport{
+		Dial:           func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, mtls.ALPNHTTP2) },
+		IdleTimeout:    idleTimeout(c),
+		MaxHeaderBytes: maxResponseHeaderBytes,
 	}
 }
 

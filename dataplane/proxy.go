@@ -194,8 +194,13 @@ func (w *worker) copyBody(dst *statusWriter, body io.Reader, stream bool) error 
 // the upstream (a sized HTTP/1.1 body with bytes in the connection's
 // buffer).
 func bodyReady(body io.Reader) bool {
-	b, ok := body.(*h1Body)
-	return ok && b.ready()
+	switch b := body.(type) {
+	case *h1Body:
+		return b.ready()
+	case interface{ Ready() bool }: // the mesh's HTTP/2 (internal/h2)
+		return b.Ready()
+	}
+	return false
 }
 
 // switchProtocols completes an Upgrade: the upstream's 101 goes to the

@@ -17,6 +17,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h2"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
 	"github.com/meshlet-dev/meshlet/lb"
@@ -56,6 +57,8 @@ type worker struct {
 	clock   clock.Clock
 	httpSrv *http.Server
 	h2      *http2.Server
+	// meshH2 serves the HTTP/2 of peer sidecars over mutual TLS.
+	meshH2 *h2.Server
 	// netHTTP: Options.HTTP1Server is net/http. fb are then the
 	// worker's net/http servers by request_headers_timeout (h1fallback.go),
 	// started on first use; fbStopped says the drain stopped them.
@@ -84,6 +87,8 @@ func newWorker(s *Server, id int) *worker {
 		MaxHeaderBytes: maxRequestHeaderBytes,
 	}
 	w.h2 = &http2.Server{}
+	w.meshH2 = &h2.Server{Handler: http.HandlerFunc(w.serveStream), MaxHeaderBytes: maxRequestHeaderBytes,
+		IdleTimeout: w.httpSrv.IdleTimeout, Log: s.log}
 	w.h1 = h1server.New(h1server.Options{Draining: &s.draining, Clock: &w.clock, Log: s.log, HTTPServer: w.httpSrv, InfoKey: connInfoKey{},
 		MaxHeaderBytes: maxRequestHeaderBytes, IdleTimeout: h1IdleTimeout, TimeoutGrace: timeoutGrace})
 	w.netHTTP = s.opts.HTTP1Server == HTTP1ServerNetHTTP
@@ -195,11 +200,7 @@ func (w *worker) dispatch(c *net.TCPConn, br *bufio.Reader, st *state, ls *liste
 	switch {
 	case kind == kindHTTP2:
 		info.h2 = &h2Conn{conn: sc}
-		w.h2.ServeConn(sc, &http2.ServeConnOpts{
-			Context:    context.WithValue(w.s.ctx, connInfoKey{}, info),
-			Handler:    http.HandlerFunc(w.serveStream),
-			BaseConfig: w.httpSrv,
-		})
+		w.meshH2.ServeConn(context.WithValue(w.s.ctx, connInfoKey{}, info), sc)
 		c.Close()
 	case kind == kindHTTP1, proto == config.ProtocolHTTP:
 		// (An HTTP-only listener that got something else: the fast
@@ -391,6 +392,7 @@ func closeIdle(t http.RoundTripper) {
 func (w *worker) drain() {
 	w.httpSrv.SetKeepAlivesEnabled(false)
 	w.h1.Drain(false)
+	w.meshH2.Drain()
 	w.drainFallback()
 	w.mu.Lock()
 	ts := make([]http.RoundTripper, 0, len(w.transports))

@@ -1,0 +1,414 @@
+package h2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// respBuffer is what a response buffers before its first frame goes
+// out: a small response is sent whole, headers and body in one write.
+const respBuffer = 16 << 10
+
+var errStreamClosed = errors.New("h2: stream closed")
+
+// serverStream is one request's stream on a server connection. Its state
+// is guarded by the connection's mu.
+type serverStream struct {
+	sc     *serverConn
+	id     uint32
+	req    *http.Request
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	recvWindow  int64 // what the client may still send on the stream
+	recvUnacked int64
+	declared    int64 // the request's content-length, -1 if none
+	received    int64
+	body        requestBody
+
+	sendWindow  int64
+	remoteEnd   bool // the client ended its side (END_STREAM)
+	localEnd    bool // this side ended (END_STREAM or RST_STREAM)
+	reset       bool // either side reset the stream
+	handlerDone bool
+	rw          responseWriter
+	wTimer      *time.Timer
+	rTimer      *time.Timer
+}
+
+// serve runs the stream's handler and ends the stream after it.
+func (st *serverStream) serve() {
+	sc := st.sc
+	st.rw.st = st
+	defer func() {
+		r := recover()
+		if r != nil && r != http.ErrAbortHandler && sc.srv.Log != nil {
+			buf := make([]byte, 16<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			sc.srv.Log.Error("http2: panic serving", "peer", sc.remote, "panic", fmt.Sprint(r), "stack", string(buf))
+		}
+		if r == nil {
+			_ = st.rw.send(nil, true)
+		}
+		sc.mu.Lock()
+		st.handlerDone = true
+		if st.wTimer != nil {
+			st.wTimer.Stop()
+		}
+		if st.rTimer != nil {
+			st.rTimer.Stop()
+		}
+		switch {
+		case r != nil:
+			sc.resetLocked(st, http2.ErrCodeInternal)
+		case !st.remoteEnd && !st.reset:
+			// The response is whole; the client may stop sending
+			// (RFC 9113 8.1).
+			_ = sc.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+			st.reset = true
+			sc.forgetLocked(st)
+		default:
+			sc.forgetLocked(st)
+		}
+		sc.handlers--
+		sc.startQueuedLocked()
+		_ = sc.flushLocked()
+		sc.mu.Unlock()
+		st.cancel()
+	}()
+	sc.srv.Handler.ServeHTTP(&st.rw, st.req)
+}
+
+// peerReset ends the stream at once (mu held): its request's context
+// ends and its body and writes fail.
+func (st *serverStream) peerReset(code http2.ErrCode) {
+	if st.reset {
+		return
+	}
+	st.reset = true
+	if st.body.err == nil {
+		st.body.err = http2.StreamError{StreamID: st.id, Code: code}
+	}
+	if st.cancel != nil {
+		st.cancel()
+	}
+	st.sc.out.Broadcast()
+}
+
+// endBody ends the request body (mu held): its length must be the
+// declared one.
+func (st *serverStream) endBody() error {
+	st.remoteEnd = true
+	st.sc.out.Broadcast()
+	if st.declared >= 0 && st.received != st.declared {
+		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
+	}
+	return nil
+}
+
+// requestBody is a request's body: what the client sent and the handler
+// has not read.
+type requestBody struct {
+	st       *serverStream
+	trailers http.Header // received, for the request's Trailer at EOF
+	buf      []byte
+	off      int
+	err      error
+	closed   bool
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	st := b.st
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for {
+		if b.off < len(b.buf) {
+			n := copy(p, b.buf[b.off:])
+			b.off += n
+			if b.off == len(b.buf) {
+				b.buf, b.off = b.buf[:0], 0
+			}
+			st.credit(int64(n))
+			return n, nil
+		}
+		switch {
+		case b.err != nil:
+			return 0, b.err
+		case st.remoteEnd:
+			mergeTrailers(&st.req.Trailer, b.trailers)
+			b.trailers = nil
+			return 0, io.EOF
+		case b.closed:
+			return 0, errStreamClosed
+		case sc.err != nil:
+			return 0, sc.err
+		}
+		sc.out.Wait()
+	}
+}
+
+func (b *requestBody) Close() error {
+	sc := b.st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		sc.consumed(int64(len(b.buf) - b.off))
+		b.buf, b.off = nil, 0
+		_ = sc.flushLocked()
+	}
+	return nil
+}
+
+// credit returns n consumed bytes to the client (mu held), a stream's
+// window once half of it is used.
+func (st *serverStream) credit(n int64) {
+	sc := st.sc
+	sc.consumed(n)
+	st.recvUnacked += n
+	if !st.remoteEnd && !st.reset && st.recvUnacked >= streamWindow/2 {
+		_ = sc.fr.WriteWindowUpdate(st.id, uint32(st.recvUnacked))
+		st.recvWindow += st.recvUnacked
+		st.recvUnacked = 0
+	}
+	if len(sc.wbuf) > 0 {
+		_ = sc.flushLocked()
+	}
+}
+
+// responseWriter is a stream's http.ResponseWriter. It buffers up to
+// respBuffer until the handler flushes or returns.
+type responseWriter struct {
+	st         *serverStream
+	header     http.Header
+	status     int
+	sentHeader bool
+	buf        []byte
+	trailers   []string // declared in the Trailer header
+}
+
+func (w *responseWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status != 0 || code < 200 {
+		return // (informational responses are not relayed)
+	}
+	w.status = code
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if !w.sentHeader && len(w.buf)+len(p) <= respBuffer {
+		w.buf = append(w.buf, p...)
+		return len(p), nil
+	}
+	if err := w.send(p, false); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush sends the headers and what is buffered.
+func (w *responseWriter) Flush() { _ = w.send(nil, false) }
+
+// SetWriteDeadline resets the stream if the response is not over by t
+// (http.ResponseController).
+func (w *responseWriter) SetWriteDeadline(t time.Time) error {
+	return w.st.deadline(&w.st.wTimer, t, func(st *serverStream) { st.sc.resetLocked(st, http2.ErrCodeInternal) })
+}
+
+// SetReadDeadline fails the request body's reads from t on.
+func (w *responseWriter) SetReadDeadline(t time.Time) error {
+	return w.st.deadline(&w.st.rTimer, t, func(st *serverStream) {
+		if st.body.err == nil {
+			st.body.err = os.ErrDeadlineExceeded
+		}
+		st.sc.out.Broadcast()
+	})
+}
+
+func (st *serverStream) deadline(tp **time.Timer, t time.Time, fire func(*serverStream)) error {
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if *tp != nil {
+		(*tp).Stop()
+	}
+	if t.IsZero() || st.handlerDone {
+		return nil
+	}
+	*tp = time.AfterFunc(time.Until(t), func() {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if !st.handlerDone {
+			fire(st)
+			_ = sc.flushLocked()
+		}
+	})
+	return nil
+}
+
+// send queues the headers (first time), what is buffered and p, and ends
+// the stream with the trailers if end; it waits for the client's flow
+// control when a window is spent.
+func (w *responseWriter) send(p []byte, end bool) error {
+	st := w.st
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if st.reset || st.localEnd {
+		return errStreamClosed
+	}
+	if sc.err != nil {
+		return sc.err
+	}
+	if !w.sentHeader {
+		w.sentHeader = true
+		if w.status == 0 {
+			w.status = http.StatusOK
+		}
+		h := w.header
+		w.trailers = trailerKeys(h)
+		only := end && len(w.buf)+len(p) == 0 && !w.hasTrailers()
+		clen := ""
+		if end && h.Get("Content-Length") == "" && len(w.buf)+len(p) > 0 && !bodyless(w.status) {
+			clen = strconv.Itoa(len(w.buf) + len(p))
+		}
+		sc.writeHeaders(st.id, only, func(enc encoder) {
+			statusField(enc, w.status)
+			sc.encodeHeader(enc, h, false)
+			if clen != "" {
+				_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: clen})
+			}
+			if _, ok := h["Date"]; !ok {
+				_ = enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
+			}
+		})
+		if only {
+			st.endedLocally()
+			return sc.flushLocked()
+		}
+	}
+	trailers := end && w.hasTrailers()
+	if len(w.buf) > 0 {
+		if err := st.writeData(w.buf, end && len(p) == 0 && !trailers); err != nil {
+			return err
+		}
+		w.buf = w.buf[:0]
+	}
+	if len(p) > 0 || end && !trailers && !st.localEnd {
+		if err := st.writeData(p, end && !trailers); err != nil {
+			return err
+		}
+	}
+	if trailers {
+		sc.writeHeaders(st.id, true, func(enc encoder) {
+			t := http.Header{}
+			for _, k := range w.trailers {
+				if vv := w.header[k]; len(vv) > 0 {
+					t[k] = vv
+				}
+			}
+			sc.encodeHeader(enc, t, false)
+			sc.encodeHeader(enc, w.header, true)
+		})
+		st.endedLocally()
+	}
+	return sc.flushLocked()
+}
+
+// hasTrailers says whether the response has trailers to send: declared
+// ones or http.TrailerPrefix keys.
+func (w *responseWriter) hasTrailers() bool {
+	if len(w.trailers) > 0 {
+		return true
+	}
+	for k := range w.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeData queues data as the stream's DATA frames (mu held).
+func (st *serverStream) writeData(data []byte, end bool) error {
+	err := st.sc.writeData(st.id, &st.sendWindow, data, end, &st.reset)
+	if err == nil && end {
+		st.endedLocally()
+	}
+	return err
+}
+
+// endedLocally marks the response sent whole (mu held). A stream ended
+// both ways leaves the connection's count now, before the client can
+// read its end, so that the client's next stream finds room.
+func (st *serverStream) endedLocally() {
+	st.localEnd = true
+	if st.remoteEnd {
+		st.sc.forgetLocked(st)
+	}
+}
+
+// trailerKeys is the canonical keys the Trailer header declares.
+func trailerKeys(h http.Header) []string {
+	var keys []string
+	for k := range declaredTrailers(h) {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func bodyless(code int) bool { return code == http.StatusNoContent || code == http.StatusNotModified }
+
+type encoder = *hpack.Encoder
+
+// statusField encodes :status.
+func statusField(enc encoder, code int) {
+	v := ""
+	switch code {
+	case 200:
+		v = "200"
+	default:
+		v = strconv.Itoa(code)
+	}
+	_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: v})
+}
+
+// httpDate is the Date header's value, formatted once a second.
+func httpDate() string {
+	now := time.Now().Unix()
+	if d := dateCache.Load(); d != nil && d.sec == now {
+		return d.s
+	}
+	d := &cachedDate{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.s
+}
+
+type cachedDate struct {
+	sec int64
+	s   string
+}
+
+var dateCache atomic.Pointer[cachedDate]
