@@ -39,9 +39,10 @@
 //     enters serveRequest with the writer as the request's handle);
 //   - the net/http fallback of the HTTP/1 server (Options.HTTP1Server: a
 //     net/http server per worker, fed by dispatch): h1fallback.go;
-//   - HTTP/2 downstream: x/net's server, entered at serveStream (http.go),
-//     the generic path the net/http fallback's requests take too; its
-//     rapid-reset accounting: h2guard.go;
+//   - HTTP/2 downstream (h2c and the mesh hop): meshlet's own server,
+//     internal/h2, entered at serveStream (http.go), the generic path the
+//     net/http fallback's requests take too; its rapid-reset accounting:
+//     h2guard.go;
 //   - the router: route match (routematch.go) and a route's table of
 //     rules, from RDS (routetable.go: routeByTable); the handler, route and
 //     retry loop, per-try timeouts and failure classification (http.go:
@@ -56,7 +57,8 @@
 //     plain HTTP/1.1 / h2c transport (upstream.go); the HTTP/1.1 pool and
 //     Envoy's response framing rules (h1pool.go, which the router hands
 //     the fast server request's stream explicitly: h1Pool.send); the mesh
-//     (mTLS) transports (mtls.go: newMeshTransport, dialHost);
+//     (mTLS) transports (mtls.go: newMeshTransport, dialHost), HTTP/2 by
+//     internal/h2's client;
 //   - health checks: health.go; the app's probes behind the sidecar:
 //     appprobe.go;
 //   - observation: the access-log writer (internal/logsink; the line's

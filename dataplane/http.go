@@ -30,6 +30,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h2"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/stats"
@@ -674,24 +675,37 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 		kind = transportPlainH2
 	}
 	ex.upMTLS, ex.upstreamPeer = false, ""
+	var mesh *h2.Transport
 	if w.meshed(h) {
 		kind = transportMesh
 		if h1.Get(out.Header, "Upgrade") != "" {
 			kind = transportMeshUpgrade
 		}
+		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
+	}
+	t := w.transport(ex.cluster, kind)
+	if kind == transportMeshUpgrade {
 		if out == req {
 			out = req.Clone(req.Context())
 		}
 		out = out.WithContext(context.WithValue(out.Context(), hostKey{}, h))
-		ex.upMTLS, ex.upstreamPeer = true, h.Metadata[config.MetadataIdentity]
 	}
-	t := w.transport(ex.cluster, kind)
 	p, ok := t.(*h1Pool)
 	pooled := ok && p.writesHead(req)
-	if out == req && !pooled {
+	switch mesh, _ = t.(*h2.Transport); {
+	case mesh != nil:
+		// The mesh's HTTP/2 transport reads the request's head while
+		// RoundTrip runs, keeps none of it (its HPACK encoder indexes
+		// nothing), and lets go of the context as the response body
+		// closes; only a body it sends on its own goroutine outlives
+		// the call.
+		if out != req || out.Body != nil && out.Body != http.NoBody {
+			ex.ctxShared = true
+		}
+	case out == req && !pooled:
 		ex.headerLent = true
-	}
-	if out != req || !pooled {
+		ex.ctxShared = true
+	case out != req || !pooled:
 		ex.ctxShared = true
 	}
 	if ex.h1 != nil {
@@ -699,12 +713,15 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	}
 	var resp *http.Response
 	var err error
-	if pooled {
+	switch {
+	case mesh != nil:
+		resp, err = mesh.RoundTripVia(out, h)
+	case pooled:
 		// The pool gets the fast HTTP/1 server request's stream
 		// explicitly (nil for other servers): its connection's response
 		// storage, its writer's upstream abort.
 		resp, err = p.send(out, ex.h1)
-	} else {
+	default:
 		resp, err = t.RoundTrip(out)
 	}
 	if cancel != nil {

@@ -296,7 +296,8 @@ type hostKey struct{}
 
 // newMeshTransport is a worker's pool of mutual-TLS connections to the
 // meshed endpoints of c. The endpoint being dialled travels in the
-// context of the request that starts the dial.
+// context of the request that starts the dial (Upgrade requests), or
+// with it (h2.Transport.RoundTripVia).
 func newMeshTransport(w *worker, c *cluster, kind transportKind) http.RoundTripper {
 	dial := func(ctx context.Context, alpn string) (net.Conn, error) {
 		h, _ := ctx.Value(hostKey{}).(*lb.Host)
@@ -315,7 +316,14 @@ func newMeshTransport(w *worker, c *cluster, kind transportKind) http.RoundTripp
 		}
 	}
 	return &h2.Transport{
-		Dial:           func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx, mtls.ALPNHTTP2) },
+		// The router names the endpoint (RoundTripVia).
+		Dial: func(ctx context.Context, _ string, host any) (net.Conn, error) {
+			h, _ := host.(*lb.Host)
+			if h == nil {
+				return nil, errors.New("dataplane: mesh dial without a host")
+			}
+			return w.dialHost(ctx, c, h, mtls.ALPNHTTP2)
+		},
 		IdleTimeout:    idleTimeout(c),
 		MaxHeaderBytes: maxResponseHeaderBytes,
 	}

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
@@ -56,7 +54,6 @@ type worker struct {
 	// watch) without a runtime timer each.
 	clock   clock.Clock
 	httpSrv *http.Server
-	h2      *http2.Server
 	// meshH2 serves the HTTP/2 of peer sidecars over mutual TLS.
 	meshH2 *h2.Server
 	// netHTTP: Options.HTTP1Server is net/http. fb are then the
@@ -86,7 +83,6 @@ func newWorker(s *Server, id int) *worker {
 		// block that expands to megabytes costs at most this.
 		MaxHeaderBytes: maxRequestHeaderBytes,
 	}
-	w.h2 = &http2.Server{}
 	w.meshH2 = &h2.Server{Handler: http.HandlerFunc(w.serveStream), MaxHeaderBytes: maxRequestHeaderBytes,
 		IdleTimeout: w.httpSrv.IdleTimeout, Log: s.log}
 	w.h1 = h1server.New(h1server.Options{Draining: &s.draining, Clock: &w.clock, Log: s.log, HTTPServer: w.httpSrv, InfoKey: connInfoKey{},

@@ -20,8 +20,9 @@ import (
 // host: one connection per address, more while the peer's stream limit
 // is reached.
 type Transport struct {
-	// Dial opens a connection to addr (its TLS settled, h2 agreed).
-	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Dial opens a connection to addr (its TLS settled, h2 agreed); via
+	// is RoundTripVia's (nil for RoundTrip).
+	Dial func(ctx context.Context, addr string, via any) (net.Conn, error)
 	// IdleTimeout closes a connection without streams for that long.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a response's decoded header list.
@@ -41,8 +42,16 @@ var errUnprocessed = errors.New("h2: request not processed by the server")
 // request without a body that the server did not process is sent again
 // on another connection, as x/net's transport does.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.RoundTripVia(req, nil)
+}
+
+// RoundTripVia is RoundTrip with via handed to Dial if a connection must
+// be opened (the endpoint the caller picked). The request's head is read
+// while it runs; its body, if any, is sent on a goroutine of its own and
+// its context held until the response body is closed.
+func (t *Transport) RoundTripVia(req *http.Request, via any) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		cc, err := t.conn(req.Context(), req.URL.Host)
+		cc, err := t.conn(req.Context(), req.URL.Host, via)
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +83,7 @@ func (t *Transport) CloseIdleConnections() {
 // conn returns a connection to addr with a stream reserved on it. One
 // dial per address runs at a time: the others wait for it and take its
 // streams, as far as the server's limit goes.
-func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) {
+func (t *Transport) conn(ctx context.Context, addr string, via any) (*clientConn, error) {
 	for {
 		t.mu.Lock()
 		for _, cc := range t.conns[addr] {
@@ -100,7 +109,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 	}
 	t.dialing[addr] = done
 	t.mu.Unlock()
-	cc, err := t.dial(ctx, addr)
+	cc, err := t.dial(ctx, addr, via)
 	t.mu.Lock()
 	delete(t.dialing, addr)
 	close(done)
@@ -116,13 +125,17 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 
 // dial opens a connection with a stream reserved: the preface and this
 // end's SETTINGS out, the server's SETTINGS (its stream limit) in.
-func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) {
-	nc, err := t.Dial(ctx, addr)
+func (t *Transport) dial(ctx context.Context, addr string, via any) (*clientConn, error) {
+	nc, err := t.Dial(ctx, addr, via)
 	if err != nil {
 		return nil, err
 	}
 	cc := &clientConn{t: t, addr: addr, streams: map[uint32]*clientStream{}, nextID: 1}
 	cc.init(nc, t.MaxHeaderBytes)
+	// Nothing of a request stays in the HPACK table: its strings may be
+	// the caller's reused memory (and a request's unique fields would
+	// evict the others anyway).
+	cc.henc.SetMaxDynamicTableSize(0)
 	cc.mu.Lock()
 	cc.wbuf = append(cc.wbuf, http2.ClientPreface...)
 	cc.ourSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0})
@@ -628,6 +641,9 @@ func (cc *clientConn) data(f *http2.DataFrame) error {
 	if cs.body.closed {
 		cc.consumed(int64(len(data)))
 	} else {
+		if cs.body.buf == nil {
+			cs.body.buf = getBuf()
+		}
 		cs.body.buf = append(cs.body.buf, data...)
 	}
 	cc.out.Broadcast()
@@ -683,6 +699,16 @@ func (b *responseBody) Read(p []byte) (int, error) {
 func (b *responseBody) eof() {
 	mergeTrailers(&b.cs.res.Trailer, b.trailers)
 	b.trailers = nil
+	b.release()
+}
+
+// release gives the body's buffer back (mu held), once nothing in it is
+// unread.
+func (b *responseBody) release() {
+	if b.buf != nil {
+		putBuf(b.buf)
+		b.buf, b.off = nil, 0
+	}
 }
 
 // Ready says whether a Read returns without waiting for the server.
@@ -703,7 +729,7 @@ func (b *responseBody) Close() error {
 	}
 	b.closed = true
 	cc.consumed(int64(len(b.buf) - b.off))
-	b.buf, b.off = nil, 0
+	b.release()
 	if !cs.remoteEnd && !cs.reset {
 		cs.abortLocked(errStreamClosed, http2.ErrCodeCancel)
 	}

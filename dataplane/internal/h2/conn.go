@@ -39,6 +39,20 @@ const (
 	initialStreams = 100   // assumed of a peer until its SETTINGS arrive
 )
 
+// bufs holds the buffers of response bodies between streams (a small
+// response fits one whole).
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, respBuffer); return &b }}
+
+func getBuf() []byte { return (*bufs.Get().(*[]byte))[:0] }
+
+// putBuf returns b to bufs, unless it grew large.
+func putBuf(b []byte) {
+	if cap(b) >= respBuffer && cap(b) <= 4*respBuffer {
+		b = b[:0]
+		bufs.Put(&b)
+	}
+}
+
 // errClosed is the error of a connection this end closed.
 var errClosed = errors.New("h2: connection closed")
 
@@ -66,6 +80,8 @@ type conn struct {
 	peerMaxStream uint32
 	recvWindow    int64 // what the peer may still send on the connection
 	recvUnacked   int64 // consumed, not yet returned to the peer
+	// controlTimeout is controlWriteTimeout, unless a test shortens it.
+	controlTimeout time.Duration
 }
 
 type bufferWriter struct{ b []byte }
@@ -134,7 +150,7 @@ func (c *conn) flushLocked() error {
 // answers to PING and SETTINGS, its window updates and resets): a peer
 // that reads nothing for that long while it sends is cut off, and the
 // reader never waits on it for good.
-var controlWriteTimeout = 10 * time.Second
+const controlWriteTimeout = 10 * time.Second
 
 // flushControlLocked is flushLocked for the connection's reader: its own
 // write, if it must make one, has a deadline (mu held).
@@ -142,7 +158,11 @@ func (c *conn) flushControlLocked() error {
 	if c.writing || len(c.wbuf) == 0 {
 		return c.err
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
+	d := c.controlTimeout
+	if d == 0 {
+		d = controlWriteTimeout
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(d))
 	err := c.flushLocked()
 	if err == nil {
 		_ = c.nc.SetWriteDeadline(time.Time{})

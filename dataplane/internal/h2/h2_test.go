@@ -92,7 +92,7 @@ func serve(t *testing.T, h http.Handler, xnet bool, tune func(*Server)) *testSer
 // client is meshlet's Transport dialling plain TCP, with its writes
 // counted.
 func client(t *testing.T, writes *atomic.Int64) *Transport {
-	tr := &Transport{IdleTimeout: time.Minute, MaxHeaderBytes: 60 << 10, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+	tr := &Transport{IdleTimeout: time.Minute, MaxHeaderBytes: 60 << 10, Dial: func(ctx context.Context, addr string, _ any) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil || writes == nil {
 			return c, err

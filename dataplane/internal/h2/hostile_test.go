@@ -94,7 +94,10 @@ func TestHostilePeers(t *testing.T) {
 			echo(nil).ServeHTTP(w, r)
 		}
 	})
-	ts := serve(t, h, false, func(s *Server) { s.MaxConcurrentStreams = 8 })
+	ts := serve(t, h, false, func(s *Server) {
+		s.MaxConcurrentStreams = 8
+		s.controlTimeout = time.Second // the PING flood's wait
+	})
 
 	rt := client(t, nil)
 	stop := make(chan struct{})
@@ -167,8 +170,6 @@ func TestHostilePeers(t *testing.T) {
 		}
 	})
 	t.Run("PING flood, nothing read", func(t *testing.T) {
-		defer func(d time.Duration) { controlWriteTimeout = d }(controlWriteTimeout)
-		controlWriteTimeout = time.Second
 		p := dialRaw(t, ts.addr)
 		var werr error
 		_ = p.c.SetWriteDeadline(time.Now().Add(20 * time.Second))

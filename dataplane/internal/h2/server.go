@@ -30,6 +30,9 @@ type Server struct {
 	// Log takes what a handler's panic says.
 	Log *slog.Logger
 
+	// controlTimeout shortens controlWriteTimeout (tests).
+	controlTimeout time.Duration
+
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
 	draining bool
@@ -122,6 +125,7 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		s.mu.Unlock()
 	}()
 	sc.init(nc, s.MaxHeaderBytes)
+	sc.controlTimeout = s.controlTimeout
 	defer sc.close()
 
 	_ = nc.SetReadDeadline(time.Now().Add(prefaceTimeout))

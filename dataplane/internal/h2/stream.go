@@ -62,6 +62,10 @@ func (st *serverStream) serve() {
 		if r == nil {
 			_ = st.rw.send(nil, true)
 		}
+		if st.rw.buf != nil {
+			putBuf(st.rw.buf)
+			st.rw.buf = nil
+		}
 		sc.mu.Lock()
 		st.handlerDone = true
 		if st.wTimer != nil {
@@ -219,6 +223,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 		w.status = http.StatusOK
 	}
 	if !w.sentHeader && len(w.buf)+len(p) <= respBuffer {
+		if w.buf == nil {
+			w.buf = getBuf()
+		}
 		w.buf = append(w.buf, p...)
 		return len(p), nil
 	}
