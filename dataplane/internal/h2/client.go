@@ -570,7 +570,7 @@ func (cc *clientConn) headers(f *http2.MetaHeadersFrame) error {
 		}
 		return nil // informational: the final response follows
 	}
-	h := headerOf(f)
+	h := cc.headerOf(f)
 	res := &http.Response{
 		Status: strconv.Itoa(code) + " " + http.StatusText(code), StatusCode: code,
 		Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, Request: cs.req, ContentLength: -1,

@@ -73,6 +73,7 @@ type conn struct {
 	henc    *hpack.Encoder
 	hbuf    bufferWriter
 	lower   map[string]string // canonical header keys, lower-cased
+	canon   map[string]string // wire names, canonical (the reader's own)
 
 	sendWindow    int64 // the connection's, granted by the peer
 	peerInitial   int64 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
@@ -111,6 +112,7 @@ func (c *conn) init(nc net.Conn, maxHeaderList uint32) {
 	c.peerMaxStream = initialStreams
 	c.recvWindow = connWindow
 	c.lower = make(map[string]string)
+	c.canon = make(map[string]string)
 }
 
 // ourSettings queues this end's SETTINGS and the connection window's
@@ -279,6 +281,19 @@ func (c *conn) encodeHeader(enc *hpack.Encoder, h http.Header, trailerPrefix boo
 	}
 }
 
+// canonKey is a wire name in net/http's canonical form, from a bounded
+// cache (CanonicalHeaderKey allocates for every lower-case name).
+func (c *conn) canonKey(name string) string {
+	if v, ok := c.canon[name]; ok {
+		return v
+	}
+	v := http.CanonicalHeaderKey(name)
+	if len(c.canon) < 256 {
+		c.canon[name] = v
+	}
+	return v
+}
+
 // lowerKey is k lower-cased, from a bounded cache (keys repeat).
 func (c *conn) lowerKey(k string) string {
 	if v, ok := c.lower[k]; ok {
@@ -294,17 +309,24 @@ func (c *conn) lowerKey(k string) string {
 // headerOf converts a decoded header block's regular fields into an
 // http.Header (canonical keys, as net/http's servers and transports give
 // them); cookie crumbs are joined (RFC 9113 8.2.3).
-func headerOf(f *http2.MetaHeadersFrame) http.Header {
+func (c *conn) headerOf(f *http2.MetaHeadersFrame) http.Header {
 	fields := f.RegularFields()
 	h := make(http.Header, len(fields))
+	// One array holds the values of the keys seen once (most of them).
+	vals := make([]string, len(fields))
 	var cookies []string
-	for _, hf := range fields {
+	for i, hf := range fields {
 		if hf.Name == "cookie" {
 			cookies = append(cookies, hf.Value)
 			continue
 		}
-		k := http.CanonicalHeaderKey(hf.Name)
-		h[k] = append(h[k], hf.Value)
+		k := c.canonKey(hf.Name)
+		if vv, ok := h[k]; ok {
+			h[k] = append(vv, hf.Value)
+			continue
+		}
+		vals[i] = hf.Value
+		h[k] = vals[i : i+1 : i+1]
 	}
 	if len(cookies) > 0 {
 		h["Cookie"] = []string{strings.Join(cookies, "; ")}

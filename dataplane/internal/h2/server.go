@@ -369,7 +369,7 @@ func (sc *serverConn) newRequest(st *serverStream, f *http2.MetaHeadersFrame) (*
 	} else if path == "" || scheme == "" {
 		return nil, protoErr
 	}
-	h := headerOf(f)
+	h := sc.headerOf(f)
 	// Connection-specific fields make the request malformed (RFC 9113
 	// 8.2.2); so does a TE other than "trailers".
 	for _, k := range [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade"} {
