@@ -58,15 +58,48 @@ type clientStream struct {
 	reset       bool
 	body        responseBody
 	stop        func() bool // the request context's AfterFunc
+	head        bool        // a HEAD request: no body follows
+	// bodyDone is closed when the request body's writer is done (nil:
+	// the request has no body).
+	bodyDone chan struct{}
+}
+
+// endBodyWriter stops the request body's writer and waits for it, so
+// that nothing reads the caller's body once its request is over: as
+// x/net's transport does, a writer stuck in the body's Read is woken by
+// closing the body.
+func (cs *clientStream) endBodyWriter() {
+	if cs.bodyDone == nil {
+		return
+	}
+	cc := cs.cc
+	cc.mu.Lock()
+	running := !cs.localEnd
+	if running {
+		cs.abortLocked(errStreamClosed, http2.ErrCodeCancel)
+		_ = cc.flushLocked()
+	}
+	cc.mu.Unlock()
+	select {
+	case <-cs.bodyDone:
+		return
+	default:
+	}
+	_ = cs.req.Body.Close()
+	<-cs.bodyDone
 }
 
 // roundTrip sends req on a reserved stream and waits for the response's
 // headers.
 func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	cs := &clientStream{cc: cc, req: req, ready: make(chan struct{}), recvWindow: streamWindow, declared: -1}
+	cs := &clientStream{cc: cc, req: req, ready: make(chan struct{}), recvWindow: streamWindow, declared: -1,
+		head: req.Method == http.MethodHead}
 	cs.body.cs = cs
 	hasBody := req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
+	if hasBody {
+		cs.bodyDone = make(chan struct{})
+	}
 	cc.mu.Lock()
 	cc.reserved--
 	if cc.err != nil || cc.goAway {
@@ -100,6 +133,7 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	<-cs.ready
 	if cs.err != nil {
 		cs.stop()
+		cs.endBodyWriter()
 		return nil, cs.err
 	}
 	return cs.res, nil
@@ -141,6 +175,7 @@ func (cs *clientStream) writeBody() {
 	cc := cs.cc
 	body := cs.req.Body
 	buf := make([]byte, 16<<10)
+	defer close(cs.bodyDone)
 	defer body.Close()
 	for {
 		n, err := body.Read(buf)
@@ -152,6 +187,7 @@ func (cs *clientStream) writeBody() {
 			}
 		}
 		switch {
+		case err == io.EOF && cs.reset:
 		case err == io.EOF:
 			if t := cs.req.Trailer; len(t) > 0 {
 				cc.writeHeaders(cs.id, true, func(enc encoder) { cc.encodeHeader(enc, t, false) })
@@ -193,7 +229,7 @@ func (cs *clientStream) failLocked(err error) {
 			cs.body.err = err
 		}
 	}
-	cs.cc.out.Broadcast()
+	cs.cc.signal()
 	cs.localEnd, cs.remoteEnd = true, true
 	cs.cc.forgetLocked(cs)
 }
@@ -304,7 +340,16 @@ func (cc *clientConn) handle(f http2.Frame) error {
 		err = cc.data(f)
 	case *http2.RSTStreamFrame:
 		if cs := cc.streams[f.StreamID]; cs != nil {
-			cs.failLocked(http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode})
+			if cs.remoteEnd {
+				// The response is whole (a server that read enough
+				// of the request says stop, RFC 9113 8.1): only the
+				// request body's writer ends.
+				cs.reset, cs.localEnd = true, true
+				cc.signal()
+				cc.forgetLocked(cs)
+			} else {
+				cs.failLocked(http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode})
+			}
 		}
 	case *http2.SettingsFrame:
 		if !f.IsAck() {
@@ -314,7 +359,7 @@ func (cc *clientConn) handle(f http2.Frame) error {
 					cs.sendWindow += delta
 				}
 				_ = cc.fr.WriteSettingsAck()
-				cc.out.Broadcast()
+				cc.signal()
 			}
 		}
 	case *http2.PingFrame:
@@ -348,7 +393,7 @@ func (cc *clientConn) handle(f http2.Frame) error {
 				cs.sendWindow += inc
 			}
 		}
-		cc.out.Broadcast()
+		cc.signal()
 	case *http2.PushPromiseFrame:
 		err = http2.ConnectionError(http2.ErrCodeProtocol) // push is off
 	}
@@ -408,12 +453,11 @@ func (cc *clientConn) headers(f *http2.MetaHeadersFrame) error {
 			cs.declared, res.ContentLength = n, n
 		}
 	}
-	if f.StreamEnded() || cs.req.Method == http.MethodHead {
+	if f.StreamEnded() || cs.head {
 		res.ContentLength = 0
-		res.Body = http.NoBody
-	} else {
-		res.Body = &cs.body
 	}
+	// (Its body even then: closing it stops the request body's writer.)
+	res.Body = &cs.body
 	cs.res = res
 	cs.gotHeaders = true
 	close(cs.ready)
@@ -425,14 +469,11 @@ func (cc *clientConn) headers(f *http2.MetaHeadersFrame) error {
 
 // endLocked takes the server's END_STREAM.
 func (cs *clientStream) endLocked() error {
-	if cs.declared >= 0 && cs.received != cs.declared && cs.req.Method != http.MethodHead {
+	if cs.declared >= 0 && cs.received != cs.declared && !cs.head {
 		return http2.StreamError{StreamID: cs.id, Code: http2.ErrCodeProtocol}
 	}
 	cs.remoteEnd = true
-	cs.cc.out.Broadcast()
-	if cs.res.Body == http.NoBody {
-		cs.stop()
-	}
+	cs.cc.signal()
 	cs.cc.forgetLocked(cs)
 	return nil
 }
@@ -462,10 +503,11 @@ func (cc *clientConn) data(f *http2.DataFrame) error {
 		cs.recvWindow += pad
 	}
 	cs.received += int64(len(data))
-	if cs.declared >= 0 && cs.received > cs.declared {
+	if cs.declared >= 0 && cs.received > cs.declared && !cs.head {
+		cc.consumed(int64(len(data)))
 		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol}
 	}
-	if cs.body.closed {
+	if cs.body.closed || cs.head {
 		cc.consumed(int64(len(data)))
 	} else {
 		if cs.body.buf == nil {
@@ -473,7 +515,7 @@ func (cc *clientConn) data(f *http2.DataFrame) error {
 		}
 		cs.body.buf = append(cs.body.buf, data...)
 	}
-	cc.out.Broadcast()
+	cc.signal()
 	if f.StreamEnded() {
 		return cs.endLocked()
 	}

@@ -89,6 +89,9 @@ func (b *responseBody) Close() error {
 	}
 	cs.stop()
 	_ = cc.flushLocked()
+	cc.mu.Unlock()
+	cs.endBodyWriter()
+	cc.mu.Lock() // (for the deferred unlock)
 	return nil
 }
 

@@ -83,6 +83,10 @@ type conn struct {
 	recvUnacked   int64 // consumed, not yet returned to the peer
 	// controlTimeout is controlWriteTimeout, unless a test shortens it.
 	controlTimeout time.Duration
+	wakes          uint64 // signal's count
+	// deadlined: the writer is the reader (a deadline on each write);
+	// closeAfter: close once the writer is done.
+	deadlined, closeAfter bool
 }
 
 type bufferWriter struct{ b []byte }
@@ -135,17 +139,40 @@ func (c *conn) flushLocked() error {
 	for len(c.wbuf) > 0 && c.err == nil {
 		buf := c.wbuf
 		c.wbuf = c.spare[:0]
+		dl := c.deadlined
 		c.mu.Unlock()
+		if dl {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.controlTimeoutOr()))
+		}
 		_, err := c.nc.Write(buf)
 		c.mu.Lock()
 		c.spare = buf[:0]
 		if err != nil {
 			c.failLocked(fmt.Errorf("h2: writing to %s: %w", c.nc.RemoteAddr(), err))
 		}
-		c.out.Broadcast() // writers waiting for the queue to shrink
+		c.signal() // writers waiting for the queue to shrink
 	}
 	c.writing = false
+	if c.closeAfter {
+		c.failLocked(errClosed)
+	}
 	return c.err
+}
+
+// closeAfterFlushLocked sends what is queued and closes the connection;
+// if another goroutine is writing, that writer closes it when done.
+func (c *conn) closeAfterFlushLocked() {
+	c.closeAfter = true
+	if !c.writing {
+		_ = c.flushLocked()
+	}
+}
+
+func (c *conn) controlTimeoutOr() time.Duration {
+	if c.controlTimeout == 0 {
+		return controlWriteTimeout
+	}
+	return c.controlTimeout
 }
 
 // controlWriteTimeout bounds a write of the connection's reader (its
@@ -160,16 +187,21 @@ func (c *conn) flushControlLocked() error {
 	if c.writing || len(c.wbuf) == 0 {
 		return c.err
 	}
-	d := c.controlTimeout
-	if d == 0 {
-		d = controlWriteTimeout
-	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(d))
+	c.deadlined = true
 	err := c.flushLocked()
+	c.deadlined = false
 	if err == nil {
 		_ = c.nc.SetWriteDeadline(time.Time{})
 	}
 	return err
+}
+
+// signal wakes every waiter on out, counting the change (mu held): a
+// waiter that released mu meanwhile sees the count move and looks again
+// instead of waiting for a signal that came already.
+func (c *conn) signal() {
+	c.wakes++
+	c.out.Broadcast()
 }
 
 // failLocked records the connection's end; every waiter wakes up to it.
@@ -179,7 +211,7 @@ func (c *conn) failLocked(err error) {
 		c.wbuf = c.wbuf[:0]
 		_ = c.nc.Close()
 	}
-	c.out.Broadcast()
+	c.signal()
 }
 
 // applySettings applies a peer's SETTINGS frame in order (mu held) and
@@ -398,10 +430,13 @@ func (c *conn) writeData(id uint32, win *int64, data []byte, end bool, dead *boo
 		}
 		n := min(len(data), c.peerMaxFrame, int(max(0, min(*win, c.sendWindow))))
 		if n == 0 && len(data) > 0 || c.writing && len(c.wbuf) > maxQueued/2 {
+			w := c.wakes
 			if err := c.flushLocked(); err != nil {
 				return err
 			}
-			c.out.Wait()
+			if c.wakes == w {
+				c.out.Wait()
+			}
 			continue
 		}
 		last := end && n == len(data)

@@ -439,3 +439,59 @@ func TestDrainSendsGoAway(t *testing.T) {
 		t.Fatalf("%d connections, want 2 (a new one after the GOAWAY)", n)
 	}
 }
+
+// TestEarlyAnswerToUploads: a handler that answers without reading a
+// large upload gives a whole response (its RST_STREAM NO_ERROR only
+// stops the upload), and what it left unread comes back to the
+// connection's window: many such uploads, then an echo of more than the
+// window, on one connection.
+func TestEarlyAnswerToUploads(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		echo(nil).ServeHTTP(w, r)
+	})
+	ts := serve(t, h, false, nil)
+	rt := client(t, nil)
+	for i := range 10 {
+		body := bytes.Repeat([]byte("x"), 2<<20)
+		req, _ := http.NewRequest("POST", "http://"+ts.addr+"/refuse", bytes.NewReader(body))
+		res, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusRequestEntityTooLarge || string(b) != "too large\n" {
+			t.Fatalf("upload %d: %d %q %v", i, res.StatusCode, b, err)
+		}
+	}
+	post(t, rt, ts.addr, 6<<20)
+	if n := ts.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
+	}
+}
+
+// TestHeadHasNoBody: a HEAD response carries its headers only, whatever
+// the handler writes.
+func TestHeadHasNoBody(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "5")
+		_, _ = io.WriteString(w, "hello")
+	})
+	ts := serve(t, h, false, nil)
+	for _, rt := range []http.RoundTripper{client(t, nil), xnetClient()} {
+		req, _ := http.NewRequest("HEAD", "http://"+ts.addr+"/", nil)
+		res, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || len(b) != 0 || res.Header.Get("Content-Length") != "5" {
+			t.Fatalf("HEAD: body %q, %v, headers %v", b, err, res.Header)
+		}
+	}
+}

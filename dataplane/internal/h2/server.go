@@ -101,6 +101,8 @@ type serverConn struct {
 	// their handlers still run do not hold the client's stream count).
 	handlers int
 	queue    []*serverStream
+	resets   [resetMemory]uint32 // streams this end reset (noteReset)
+	nresets  int
 }
 
 // ServeConn serves nc until it closes or fails; ctx is every request's
@@ -113,15 +115,8 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	if s.conns == nil {
 		s.conns = map[*serverConn]struct{}{}
 	}
-	sc := &serverConn{srv: s, ctx: ctx, streams: map[uint32]*serverStream{}, remote: nc.RemoteAddr().String()}
-	s.conns[sc] = struct{}{}
-	draining := s.draining
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, sc)
-		s.mu.Unlock()
-	}()
+	sc := &serverConn{srv: s, ctx: ctx, streams: map[uint32]*serverStream{}, remote: nc.RemoteAddr().String()}
 	sc.init(nc, s.MaxHeaderBytes)
 	sc.controlTimeout = s.controlTimeout
 	defer sc.close()
@@ -136,11 +131,24 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	}
 	sc.mu.Lock()
 	sc.ourSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: s.maxStreams()})
-	if draining {
-		sc.goAwayLocked(http2.ErrCodeNo)
-	}
 	err := sc.flushLocked()
 	sc.mu.Unlock()
+	// Known to Drain from now on (its SETTINGS are out).
+	s.mu.Lock()
+	s.conns[sc] = struct{}{}
+	draining := s.draining
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+	}()
+	if draining {
+		sc.mu.Lock()
+		sc.goAwayLocked(http2.ErrCodeNo)
+		_ = sc.flushLocked()
+		sc.mu.Unlock()
+	}
 	if err != nil {
 		return
 	}
@@ -276,12 +284,6 @@ func (sc *serverConn) goAwayLocked(code http2.ErrCode) {
 	}
 }
 
-// closeAfterFlushLocked sends what is queued and closes the connection.
-func (sc *serverConn) closeAfterFlushLocked() {
-	_ = sc.flushLocked()
-	sc.failLocked(errClosed)
-}
-
 func (sc *serverConn) connError(code http2.ErrCode) {
 	sc.mu.Lock()
 	sc.connErrorLocked(code)
@@ -299,11 +301,32 @@ func (sc *serverConn) connErrorLocked(code http2.ErrCode) {
 func (sc *serverConn) resetLocked(st *serverStream, code http2.ErrCode) {
 	if !st.localEnd {
 		_ = sc.fr.WriteRSTStream(st.id, code)
+		sc.noteReset(st.id)
 	}
 	st.peerReset(code)
 	st.localEnd = true
 	sc.forgetLocked(st)
 }
+
+// noteReset remembers a stream this end reset, whose frames in flight
+// are then ignored; the last resetMemory are kept.
+func (sc *serverConn) noteReset(id uint32) {
+	sc.resets[sc.nresets%resetMemory] = id
+	sc.nresets++
+}
+
+// wasReset reports whether this end recently reset stream id.
+func (sc *serverConn) wasReset(id uint32) bool {
+	for _, r := range sc.resets[:min(sc.nresets, resetMemory)] {
+		if r == id {
+			return true
+		}
+	}
+	return false
+}
+
+// resetMemory is how many of the streams it reset a connection keeps.
+const resetMemory = 32
 
 // forgetLocked drops an ended stream from the connection's count.
 func (sc *serverConn) forgetLocked(st *serverStream) {

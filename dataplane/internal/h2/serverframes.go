@@ -25,6 +25,9 @@ func (sc *serverConn) headers(f *http2.MetaHeadersFrame) error {
 	if id <= sc.maxID {
 		st := sc.streams[id]
 		if st == nil {
+			if sc.wasReset(id) {
+				return nil // crossed this end's RST_STREAM (RFC 9113 5.1)
+			}
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		}
 		if st.remoteEnd {
@@ -182,6 +185,9 @@ func (sc *serverConn) data(f *http2.DataFrame) error {
 	st := sc.streams[id]
 	if st == nil || st.remoteEnd {
 		sc.consumed(n) // discarded: the connection's credit comes back
+		if st == nil && sc.wasReset(id) {
+			return nil // crossed this end's RST_STREAM (RFC 9113 5.1)
+		}
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 	}
 	if n > st.recvWindow {
@@ -206,10 +212,15 @@ func (sc *serverConn) data(f *http2.DataFrame) error {
 	}
 	st.received += int64(len(data))
 	if st.declared >= 0 && st.received > st.declared {
+		sc.consumed(int64(len(data)))
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
-	st.body.buf = append(st.body.buf, data...)
-	sc.out.Broadcast()
+	if st.body.closed {
+		sc.consumed(int64(len(data))) // nobody reads it: the credit comes back
+	} else {
+		st.body.buf = append(st.body.buf, data...)
+	}
+	sc.signal()
 	if f.StreamEnded() {
 		return st.endBody()
 	}
@@ -232,7 +243,7 @@ func (sc *serverConn) settings(f *http2.SettingsFrame) error {
 		}
 	}
 	_ = sc.fr.WriteSettingsAck()
-	sc.out.Broadcast()
+	sc.signal()
 	return nil
 }
 
@@ -244,7 +255,7 @@ func (sc *serverConn) windowUpdate(f *http2.WindowUpdateFrame) error {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
 		sc.sendWindow += inc
-		sc.out.Broadcast()
+		sc.signal()
 		return nil
 	}
 	if f.StreamID > sc.maxID {
@@ -258,6 +269,6 @@ func (sc *serverConn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeFlowControl}
 	}
 	st.sendWindow += inc
-	sc.out.Broadcast()
+	sc.signal()
 	return nil
 }

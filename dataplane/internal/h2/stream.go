@@ -81,11 +81,15 @@ func (st *serverStream) serve() {
 			// The response is whole; the client may stop sending
 			// (RFC 9113 8.1).
 			_ = sc.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+			sc.noteReset(st.id)
 			st.reset = true
 			sc.forgetLocked(st)
 		default:
 			sc.forgetLocked(st)
 		}
+		// What the handler left unread comes back to the client, and
+		// a transport still reading the body (its own goroutine) stops.
+		st.body.dropLocked()
 		sc.handlers--
 		sc.startQueuedLocked()
 		_ = sc.flushLocked()
@@ -108,14 +112,15 @@ func (st *serverStream) peerReset(code http2.ErrCode) {
 	if st.cancel != nil {
 		st.cancel()
 	}
-	st.sc.out.Broadcast()
+	st.body.dropLocked()
+	st.sc.signal()
 }
 
 // endBody ends the request body (mu held): its length must be the
 // declared one.
 func (st *serverStream) endBody() error {
 	st.remoteEnd = true
-	st.sc.out.Broadcast()
+	st.sc.signal()
 	if st.declared >= 0 && st.received != st.declared {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 	}
@@ -168,13 +173,21 @@ func (b *requestBody) Close() error {
 	sc := b.st.sc
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if !b.closed {
-		b.closed = true
-		sc.consumed(int64(len(b.buf) - b.off))
-		b.buf, b.off = nil, 0
-		_ = sc.flushLocked()
-	}
+	b.dropLocked()
+	_ = sc.flushLocked()
 	return nil
+}
+
+// dropLocked closes the body (mu held): what is unread is given back to
+// the client's window, later data is too, and reads end.
+func (b *requestBody) dropLocked() {
+	if b.closed || b.st == nil {
+		return
+	}
+	b.closed = true
+	b.st.sc.consumed(int64(len(b.buf) - b.off))
+	b.buf, b.off = nil, 0
+	b.st.sc.signal()
 }
 
 // credit returns n consumed bytes to the client (mu held), a stream's
@@ -222,6 +235,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	if w.st.req.Method == http.MethodHead || bodyless(w.status) {
+		return len(p), nil // (no body, as x/net and net/http)
+	}
 	if !w.sentHeader && len(w.buf)+len(p) <= respBuffer {
 		if w.buf == nil {
 			w.buf = getBuf()
@@ -250,7 +266,7 @@ func (w *responseWriter) SetReadDeadline(t time.Time) error {
 		if st.body.err == nil {
 			st.body.err = os.ErrDeadlineExceeded
 		}
-		st.sc.out.Broadcast()
+		st.sc.signal()
 	})
 }
 

@@ -138,11 +138,17 @@ func (t *Transport) dial(ctx context.Context, addr string, via any) (*clientConn
 	err = cc.flushLocked()
 	cc.mu.Unlock()
 	if err == nil {
-		if dl, ok := ctx.Deadline(); ok {
-			_ = nc.SetReadDeadline(dl)
+		dl := time.Now().Add(prefaceTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
 		}
+		_ = nc.SetReadDeadline(dl)
+		stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
 		var f http2.Frame
 		f, err = cc.fr.ReadFrame()
+		if !stop() && err != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
 		_ = nc.SetReadDeadline(time.Time{})
 		if sf, ok := f.(*http2.SettingsFrame); err == nil && (!ok || sf.IsAck()) {
 			err = errors.New("h2: the server's first frame is not SETTINGS")
