@@ -183,14 +183,16 @@ const maxPooledBody = 64 << 10
 // the pool leaves to its fallback Transport (big or chunked bodies,
 // Expect).
 func (p *h1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	return p.send(req, nil)
+	return p.send(req, nil, nil)
 }
 
 // send sends req; down, if not nil, is the stream of the fast HTTP/1
 // server request that req is an attempt of, whose connection's storage
 // the response reuses and whose writer's upstream abort
-// (h1server.Writer.Abort) cuts the connection when the request ends.
-func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error) {
+// (h1server.Writer.Abort) cuts the connection when the request ends; sa,
+// if not nil, the upstream abort another server fires for the request
+// (serveStream's).
+func (p *h1Pool) send(req *http.Request, down *h1Stream, sa *streamAbort) (*http.Response, error) {
 	if !p.writesHead(req) {
 		return p.fallback.RoundTrip(req)
 	}
@@ -209,7 +211,7 @@ func (p *h1Pool) send(req *http.Request, down *h1Stream) (*http.Response, error)
 		if err != nil {
 			return nil, err
 		}
-		resp, nothingRead, err := p.roundTrip(pc, req, body, down)
+		resp, nothingRead, err := p.roundTrip(pc, req, body, down, sa)
 		if err == nil {
 			return resp, nil
 		}
@@ -313,9 +315,9 @@ func (pc *h1Conn) countProtocolError() {
 }
 
 // roundTrip sends req, with body (read from req.Body by send), on pc
-// and reads the response head; down is send's. nothingRead reports a
-// failure before any byte of the response.
-func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Stream) (resp *http.Response, nothingRead bool, err error) {
+// and reads the response head; down and sa are send's. nothingRead
+// reports a failure before any byte of the response.
+func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1Stream, sa *streamAbort) (resp *http.Response, nothingRead bool, err error) {
 	// A cancelled context (client gone, route or per-try timeout) aborts
 	// the exchange, also while the body is read.
 	var stop exchangeWatch
@@ -324,15 +326,18 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1S
 	// a per-try timeout), every end of which (route timeout, client gone,
 	// server stop) fires the writer's upstream abort; otherwise the
 	// context is watched here.
-	own := false
+	var own *h1server.UpstreamAbort
 	if down != nil {
 		st = &down.conn.store
-		own = down.rw.Context() == req.Context()
+		if down.rw.Context() == req.Context() {
+			own = down.rw.Abort()
+		}
+	} else if sa != nil && sa.ctx == req.Context() {
+		own = &sa.abort // fired by the request's server
 	}
-	if own {
-		ab := down.rw.Abort()
-		ab.Watch(pc.conn)
-		stop.abort = ab
+	if own != nil {
+		own.Watch(pc.conn)
+		stop.abort = own
 	} else {
 		// The same abort, fired by the context: its release then
 		// guarantees no late cut (keepCancelled resets the deadline).

@@ -30,6 +30,7 @@ import (
 	"github.com/meshlet-dev/meshlet/config"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/clock"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h1"
+	"github.com/meshlet-dev/meshlet/dataplane/internal/h1server"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/h2"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/logsink"
 	"github.com/meshlet-dev/meshlet/dataplane/internal/rawio"
@@ -63,6 +64,9 @@ type activeStream struct {
 	// other servers): its writer (body state, 100 Continue, route timeout,
 	// upstream abort) and its connection's response store.
 	h1 *h1Stream
+	// down is a serveStream request's upstream abort that its server
+	// fires (nil if none): the HTTP/1 pool watches its exchange with it.
+	down *streamAbort
 	// upMTLS says the last attempt went over mutual TLS, to upstreamPeer.
 	upMTLS       bool
 	upstreamPeer string
@@ -165,19 +169,55 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // serveStream serves a request of a server other than the fast HTTP/1 one:
-// an HTTP/2 stream (x/net's handler) or a request of the net/http
+// an HTTP/2 stream (internal/h2's handler) or a request of the net/http
 // fallback. Its timeouts reach it from other goroutines (streamEnd), so
-// its state is its own, and one context of its own carries their causes.
+// its state is its own. Their causes end the request's context: the
+// stream's own where its server lets the handler end it (internal/h2),
+// else one derived for the request.
 func (w *worker) serveStream(rw http.ResponseWriter, req *http.Request) {
-	hs := &streamScratch{stream: streamEnd{rc: http.NewResponseController(rw)}}
-	hs.streamCtx = req.Context()
-	ctx, cancel := context.WithCancelCause(hs.streamCtx)
-	hs.cancel = cancel
-	hs.idle.s, hs.idle.w, hs.idle.end, hs.idle.cancel = &hs.httpScratch, w, &hs.stream, cancel
+	hs := &streamScratch{stream: streamEnd{rw: rw}}
+	if c, ok := rw.(requestCanceler); ok {
+		hs.canceler = c
+	} else {
+		hs.streamCtx = req.Context()
+		ctx, cancel := context.WithCancelCause(hs.streamCtx)
+		hs.derived.cancel = cancel
+		hs.canceler = &hs.derived
+		req = req.WithContext(ctx)
+	}
+	hs.idle.s, hs.idle.w, hs.idle.hs = &hs.httpScratch, w, hs
 	hs.route.hs, hs.route.alarm.Target = hs, &hs.route
+	hs.ctx = req.Context()
+	if aw, ok := rw.(abortWatcher); ok {
+		hs.down.ctx = hs.ctx
+		aw.WatchAbort(&hs.down.abort)
+	}
 	defer hs.end()
-	w.serveRequest(rw, req.WithContext(ctx), &hs.httpScratch, nil, hs)
+	w.serveRequest(rw, req, &hs.httpScratch, nil, hs)
 }
+
+// requestCanceler is a ResponseWriter whose server lets the handler end
+// the request's context with a cause (internal/h2's).
+type requestCanceler interface{ CancelRequest(cause error) }
+
+// abortWatcher is a ResponseWriter whose server fires an upstream abort
+// when the request's context ends (internal/h2's).
+type abortWatcher interface {
+	WatchAbort(a h2.Aborter)
+}
+
+// streamAbort is a serveStream request's upstream abort, fired by its
+// server when the request's context ends (abortWatcher): the HTTP/1 pool
+// cuts an exchange with it instead of a context.AfterFunc of its own.
+type streamAbort struct {
+	ctx   context.Context // the request's (an attempt with another is watched the usual way)
+	abort h1server.UpstreamAbort
+}
+
+// derivedCancel ends a context serveStream derived for the request.
+type derivedCancel struct{ cancel context.CancelCauseFunc }
+
+func (d *derivedCancel) CancelRequest(cause error) { d.cancel(cause) }
 
 // serveRequest is the router's entry for one request, with its state s.
 // Each server passes its own handle on the request, never found by a
@@ -199,6 +239,9 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	ex := &s.ex
 	*ex = activeStream{w: w, sw: sw, h1: hw, dst: info.dst, grpc: strings.HasPrefix(h1.Get(req.Header, "Content-Type"), "application/grpc"), tried: s.tried[:0],
 		netHTTP1: hw == nil && req.ProtoMajor == 1}
+	if hs != nil && hs.down.ctx != nil {
+		ex.down = &hs.down
+	}
 	if h1.Get(req.Header, "X-Request-Id") == "" {
 		s.idValue[0] = w.requestIDInto(&s.id)
 		req.Header["X-Request-Id"] = s.idValue[:]
@@ -226,7 +269,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 		}
 		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
 		if info.h2 != nil && hs != nil {
-			w.endStream(st, info, hs.streamCtx.Err() != nil, sw.code != 0, time.Since(start))
+			w.endStream(st, info, hs.downstreamEnded(), sw.code != 0, time.Since(start))
 		}
 		if r != nil {
 			panic(r) // net/http closes the connection without a log of its own
@@ -320,16 +363,36 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 const detailStreamIdleTimeout = "stream_idle_timeout"
 
 // streamScratch is serveStream's state for one request (HTTP/2, or the
-// net/http fallback's HTTP/1): the request's, its stream's context
-// (streamCtx, before the request's own), the cancel of the request's
-// context and its timeouts.
+// net/http fallback's HTTP/1): the request's, its context and what ends
+// it, and its timeouts.
 type streamScratch struct {
 	httpScratch
-	streamCtx context.Context
-	cancel    context.CancelCauseFunc
+	ctx       context.Context // the request's
+	canceler  requestCanceler // ends ctx with a cause
+	derived   derivedCancel   // the canceler of a context derived for the request
+	down      streamAbort     // set if the server fires it (abortWatcher)
+	streamCtx context.Context // the stream's, when ctx was derived from it
 	idle      streamIdle
 	route     streamRouteTimeout
 	stream    streamEnd
+}
+
+// expire ends the request for a timeout: its context ends with cause,
+// and its stream after the grace (streamEnd.timedOut).
+func (hs *streamScratch) expire(cause error) {
+	hs.canceler.CancelRequest(cause)
+	hs.stream.timedOut(true) // a body still being read ends as well
+}
+
+// downstreamEnded reports whether the request's stream ended from the
+// client's side (a reset, the connection gone) rather than by one of the
+// request's own timeouts.
+func (hs *streamScratch) downstreamEnded() bool {
+	if hs.streamCtx != nil {
+		return hs.streamCtx.Err() != nil
+	}
+	c := context.Cause(hs.ctx)
+	return c != nil && c != errRouteTimeout && c != errStreamIdleTimeout
 }
 
 // end stops the request's timeouts and ends its context once the handler
@@ -337,7 +400,7 @@ type streamScratch struct {
 func (hs *streamScratch) end() {
 	hs.idle.stop()
 	hs.route.stop()
-	hs.cancel(context.Canceled)
+	hs.canceler.CancelRequest(context.Canceled)
 	hs.stream.end()
 }
 
@@ -370,8 +433,7 @@ func (r *streamRouteTimeout) stop() {
 // AlarmFired ends the request (a late firing after the handler is
 // harmless: the context is already over, the stream out of reach).
 func (r *streamRouteTimeout) AlarmFired(uint64) {
-	r.hs.cancel(errRouteTimeout)
-	r.hs.stream.timedOut(true) // a body still being read ends as well
+	r.hs.expire(errRouteTimeout)
 }
 
 // errRouteTimeout ends a request's context when its route timeout passes.
@@ -720,7 +782,7 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 		// The pool gets the fast HTTP/1 server request's stream
 		// explicitly (nil for other servers): its connection's response
 		// storage, its writer's upstream abort.
-		resp, err = p.send(out, ex.h1)
+		resp, err = p.send(out, ex.h1, ex.down)
 	default:
 		resp, err = t.RoundTrip(out)
 	}

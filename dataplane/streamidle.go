@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"sync"
@@ -45,10 +44,9 @@ type streamIdle struct {
 	last  uint64 // progress at the last check (under mu)
 	s     *httpScratch
 	// What ends the request: its writer of the fast HTTP/1 server, or a
-	// serveStream request's context and stream.
-	h1     *h1server.Writer
-	cancel context.CancelCauseFunc
-	end    *streamEnd
+	// serveStream request's state.
+	h1 *h1server.Writer
+	hs *streamScratch
 }
 
 // progress is the count of the request's bytes that moved so far.
@@ -93,8 +91,7 @@ func (si *streamIdle) AlarmFired(gen uint64) {
 		if si.h1 != nil {
 			si.h1.StreamIdleExpired(errStreamIdleTimeout)
 		} else {
-			si.cancel(errStreamIdleTimeout)
-			si.end.timedOut(true)
+			si.hs.expire(errStreamIdleTimeout)
 		}
 		return
 	}
@@ -108,7 +105,7 @@ func (si *streamIdle) AlarmFired(gen uint64) {
 type streamEnd struct {
 	mu   sync.Mutex
 	done bool // the handler returned: the stream's writer is gone
-	rc   *http.ResponseController
+	rw   http.ResponseWriter
 }
 
 // timedOut gives the stream timeoutGrace to write what it still writes;
@@ -122,10 +119,11 @@ func (h *streamEnd) timedOut(stallRead bool) {
 		if h.done {
 			return
 		}
+		rc := http.NewResponseController(h.rw)
 		if stallRead {
-			_ = h.rc.SetReadDeadline(rawio.ALongTimeAgo)
+			_ = rc.SetReadDeadline(rawio.ALongTimeAgo)
 		}
-		_ = h.rc.SetWriteDeadline(time.Now().Add(timeoutGrace))
+		_ = rc.SetWriteDeadline(time.Now().Add(timeoutGrace))
 	}()
 }
 

@@ -284,7 +284,7 @@ func (cc *clientConn) readLoop() {
 	var err error
 	for {
 		var f http2.Frame
-		f, err = cc.fr.ReadFrame()
+		f, err = cc.readFrame()
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -334,7 +334,7 @@ func (cc *clientConn) handle(f http2.Frame) error {
 	defer cc.mu.Unlock()
 	var err error
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
+	case *headerBlock:
 		err = cc.headers(f)
 	case *http2.DataFrame:
 		err = cc.data(f)
@@ -416,7 +416,7 @@ func (cc *clientConn) handle(f http2.Frame) error {
 }
 
 // headers takes a response's header block or its trailers (mu held).
-func (cc *clientConn) headers(f *http2.MetaHeadersFrame) error {
+func (cc *clientConn) headers(f *headerBlock) error {
 	cs := cc.streams[f.StreamID]
 	if cs == nil {
 		if f.StreamID%2 == 0 || f.StreamID >= cc.nextID {

@@ -11,10 +11,29 @@ import (
 type responseBody struct {
 	cs       *clientStream
 	trailers http.Header // received, for the response's Trailer at EOF
-	buf      []byte
-	off      int
-	err      error
-	closed   bool
+	pending
+	err    error
+	closed bool
+}
+
+// pending is a body's received bytes that were not read yet (mu held).
+type pending struct {
+	buf []byte
+	off int
+}
+
+// take copies into p what it holds of the pending bytes; false if there
+// are none.
+func (b *pending) take(p []byte) (int, bool) {
+	if b.off >= len(b.buf) {
+		return 0, false
+	}
+	n := copy(p, b.buf[b.off:])
+	b.off += n
+	if b.off == len(b.buf) {
+		b.buf, b.off = b.buf[:0], 0
+	}
+	return n, true
 }
 
 func (b *responseBody) Read(p []byte) (int, error) {
@@ -23,12 +42,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	for {
-		if b.off < len(b.buf) {
-			n := copy(p, b.buf[b.off:])
-			b.off += n
-			if b.off == len(b.buf) {
-				b.buf, b.off = b.buf[:0], 0
-			}
+		if n, ok := b.take(p); ok {
 			cs.credit(int64(n))
 			if b.off == 0 && cs.remoteEnd && b.err == nil {
 				b.eof()

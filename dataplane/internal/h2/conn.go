@@ -72,6 +72,8 @@ type conn struct {
 	err     error
 	henc    *hpack.Encoder
 	hbuf    bufferWriter
+	hdec    *hpack.Decoder    // the reader's, into block
+	block   headerBlock       // the last header block read (readFrame)
 	lower   map[string]string // canonical header keys, lower-cased
 	canon   map[string]string // wire names, canonical (the reader's own)
 
@@ -107,7 +109,7 @@ func (c *conn) init(nc net.Conn, maxHeaderList uint32) {
 	c.fr = http2.NewFramer(queueWriter{c}, c.br)
 	c.fr.SetMaxReadFrameSize(maxFrameSize)
 	c.fr.MaxHeaderListSize = maxHeaderList
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.hdec = hpack.NewDecoder(4096, c.emit)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.out.L = &c.mu
 	c.sendWindow = defaultWindow
@@ -315,25 +317,19 @@ func (c *conn) encodeHeader(enc *hpack.Encoder, h http.Header, trailerPrefix boo
 
 // canonKey is a wire name in net/http's canonical form, from a bounded
 // cache (CanonicalHeaderKey allocates for every lower-case name).
-func (c *conn) canonKey(name string) string {
-	if v, ok := c.canon[name]; ok {
-		return v
-	}
-	v := http.CanonicalHeaderKey(name)
-	if len(c.canon) < 256 {
-		c.canon[name] = v
-	}
-	return v
-}
+func (c *conn) canonKey(name string) string { return cached(c.canon, name, http.CanonicalHeaderKey) }
 
 // lowerKey is k lower-cased, from a bounded cache (keys repeat).
-func (c *conn) lowerKey(k string) string {
-	if v, ok := c.lower[k]; ok {
+func (c *conn) lowerKey(k string) string { return cached(c.lower, k, strings.ToLower) }
+
+// cached is f(k), kept in cache while it holds fewer than 256 keys.
+func cached(cache map[string]string, k string, f func(string) string) string {
+	if v, ok := cache[k]; ok {
 		return v
 	}
-	v := strings.ToLower(k)
-	if len(c.lower) < 256 {
-		c.lower[k] = v
+	v := f(k)
+	if len(cache) < 256 {
+		cache[k] = v
 	}
 	return v
 }
@@ -341,7 +337,7 @@ func (c *conn) lowerKey(k string) string {
 // headerOf converts a decoded header block's regular fields into an
 // http.Header (canonical keys, as net/http's servers and transports give
 // them); cookie crumbs are joined (RFC 9113 8.2.3).
-func (c *conn) headerOf(f *http2.MetaHeadersFrame) http.Header {
+func (c *conn) headerOf(f *headerBlock) http.Header {
 	fields := f.RegularFields()
 	h := make(http.Header, len(fields))
 	// One array holds the values of the keys seen once (most of them).
@@ -391,7 +387,7 @@ func declaredTrailers(h http.Header) http.Header {
 // until the body's reader sees its end, and merged into the request's or
 // response's Trailer then, on the reader's goroutine (net/http's
 // contract: Trailer is read after the body's EOF).
-func trailersOf(f *http2.MetaHeadersFrame) http.Header {
+func trailersOf(f *headerBlock) http.Header {
 	t := http.Header{}
 	for _, hf := range f.RegularFields() {
 		k := http.CanonicalHeaderKey(hf.Name)

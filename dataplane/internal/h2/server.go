@@ -120,6 +120,18 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	sc.init(nc, s.MaxHeaderBytes)
 	sc.controlTimeout = s.controlTimeout
 	defer sc.close()
+	if ctx.Done() != nil {
+		// The base context's end ends every request's: their aborts fire.
+		defer context.AfterFunc(ctx, func() {
+			sc.mu.Lock()
+			for _, st := range sc.streams {
+				if st.abort != nil {
+					st.abort.Fire()
+				}
+			}
+			sc.mu.Unlock()
+		})()
+	}
 
 	_ = nc.SetReadDeadline(time.Now().Add(prefaceTimeout))
 	if err := readPreface(sc.br); err != nil {
@@ -153,7 +165,7 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		return
 	}
 	// The first frame must be the client's SETTINGS (RFC 9113 3.4).
-	f, err := sc.fr.ReadFrame()
+	f, err := sc.readFrame()
 	if sf, ok := f.(*http2.SettingsFrame); err != nil || !ok || sf.IsAck() {
 		sc.connError(http2.ErrCodeProtocol)
 		return
@@ -167,7 +179,7 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		sc.idle = time.AfterFunc(s.IdleTimeout, sc.idleCheck)
 	}
 	for {
-		f, err := sc.fr.ReadFrame()
+		f, err := sc.readFrame()
 		if err != nil {
 			if !sc.readError(f, err) {
 				return
@@ -191,7 +203,7 @@ func (sc *serverConn) readError(f http2.Frame, err error) bool {
 		if st := sc.streams[se.StreamID]; st != nil {
 			sc.resetLocked(st, se.Code)
 		} else {
-			if _, ok := f.(*http2.MetaHeadersFrame); ok && se.StreamID > sc.maxID {
+			if _, ok := f.(*headerBlock); ok && se.StreamID > sc.maxID {
 				if se.StreamID%2 == 0 {
 					sc.connErrorLocked(http2.ErrCodeProtocol)
 					return false
@@ -215,7 +227,7 @@ func (sc *serverConn) handle(f http2.Frame) bool {
 	defer sc.mu.Unlock()
 	var err error
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
+	case *headerBlock:
 		err = sc.headers(f)
 	case *http2.DataFrame:
 		err = sc.data(f)

@@ -11,7 +11,7 @@ import (
 )
 
 // headers opens a stream, or ends one with trailers (mu held).
-func (sc *serverConn) headers(f *http2.MetaHeadersFrame) error {
+func (sc *serverConn) headers(f *headerBlock) error {
 	id := f.StreamID
 	if id%2 == 0 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
@@ -102,7 +102,7 @@ func (s *Server) maxStreams() uint32 {
 }
 
 // newRequest builds a stream's request from its header block (mu held).
-func (sc *serverConn) newRequest(st *serverStream, f *http2.MetaHeadersFrame) (*http.Request, error) {
+func (sc *serverConn) newRequest(st *serverStream, f *headerBlock) (*http.Request, error) {
 	protoErr := http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol}
 	method, path := f.PseudoValue("method"), f.PseudoValue("path")
 	scheme, authority := f.PseudoValue("scheme"), f.PseudoValue("authority")
@@ -146,14 +146,14 @@ func (sc *serverConn) newRequest(st *serverStream, f *http2.MetaHeadersFrame) (*
 	} else if u, err = url.ParseRequestURI(path); err != nil {
 		return nil, protoErr
 	}
-	var cause context.CancelCauseFunc
-	st.ctx, cause = context.WithCancelCause(sc.ctx)
-	st.cancel = func() { cause(context.Canceled) }
-	req := &http.Request{
+	st.ctx, st.cancel = context.WithCancelCause(sc.ctx)
+	// WithContext copies: the request it copies is the stream's own.
+	st.reqTmpl = http.Request{
 		Method: method, URL: u, Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, Host: authority,
 		RequestURI: path, RemoteAddr: sc.remote, Trailer: declaredTrailers(h),
 	}
-	req = req.WithContext(st.ctx)
+	req := st.reqTmpl.WithContext(st.ctx)
+	st.reqTmpl = http.Request{}
 	switch {
 	case f.StreamEnded():
 		st.remoteEnd = true

@@ -26,11 +26,13 @@ var errStreamClosed = errors.New("h2: stream closed")
 // serverStream is one request's stream on a server connection. Its state
 // is guarded by the connection's mu.
 type serverStream struct {
-	sc     *serverConn
-	id     uint32
-	req    *http.Request
-	ctx    context.Context
-	cancel context.CancelFunc
+	sc      *serverConn
+	id      uint32
+	req     *http.Request
+	reqTmpl http.Request // what req was copied from (newRequest)
+	ctx     context.Context
+	cancel  context.CancelCauseFunc // ends ctx
+	abort   Aborter                 // fired when ctx ends (WatchAbort)
 
 	recvWindow  int64 // what the client may still send on the stream
 	recvUnacked int64
@@ -90,11 +92,12 @@ func (st *serverStream) serve() {
 		// What the handler left unread comes back to the client, and
 		// a transport still reading the body (its own goroutine) stops.
 		st.body.dropLocked()
+		st.abort = nil
 		sc.handlers--
 		sc.startQueuedLocked()
 		_ = sc.flushLocked()
 		sc.mu.Unlock()
-		st.cancel()
+		st.cancel(context.Canceled)
 	}()
 	sc.srv.Handler.ServeHTTP(&st.rw, st.req)
 }
@@ -110,7 +113,10 @@ func (st *serverStream) peerReset(code http2.ErrCode) {
 		st.body.err = http2.StreamError{StreamID: st.id, Code: code}
 	}
 	if st.cancel != nil {
-		st.cancel()
+		st.cancel(context.Canceled)
+	}
+	if st.abort != nil {
+		st.abort.Fire()
 	}
 	st.body.dropLocked()
 	st.sc.signal()
@@ -132,10 +138,9 @@ func (st *serverStream) endBody() error {
 type requestBody struct {
 	st       *serverStream
 	trailers http.Header // received, for the request's Trailer at EOF
-	buf      []byte
-	off      int
-	err      error
-	closed   bool
+	pending
+	err    error
+	closed bool
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
@@ -144,12 +149,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for {
-		if b.off < len(b.buf) {
-			n := copy(p, b.buf[b.off:])
-			b.off += n
-			if b.off == len(b.buf) {
-				b.buf, b.off = b.buf[:0], 0
-			}
+		if n, ok := b.take(p); ok {
 			st.credit(int64(n))
 			return n, nil
 		}
@@ -215,6 +215,39 @@ type responseWriter struct {
 	sentHeader bool
 	buf        []byte
 	trailers   []string // declared in the Trailer header
+}
+
+// CancelRequest ends the request's context with cause (the first cause
+// wins): a handler with timeouts of its own ends the stream's context
+// instead of deriving another for each request.
+func (w *responseWriter) CancelRequest(cause error) {
+	st := w.st
+	st.sc.mu.Lock()
+	st.cancel(cause)
+	a := st.abort
+	st.sc.mu.Unlock()
+	if a != nil {
+		a.Fire()
+	}
+}
+
+// Aborter is what cuts a handler's upstream exchange when its request
+// ends early (the data plane's h1server.UpstreamAbort).
+type Aborter interface{ Fire() }
+
+// WatchAbort has a fired whenever the request's context ends while the
+// handler runs (the client's reset, the connection's end or the server's,
+// CancelRequest), at once if it has ended: the handler's upstream
+// exchange is cut without a context.AfterFunc of its own per request.
+func (w *responseWriter) WatchAbort(a Aborter) {
+	st := w.st
+	st.sc.mu.Lock()
+	st.abort = a
+	done := st.ctx.Err() != nil
+	st.sc.mu.Unlock()
+	if done {
+		a.Fire()
+	}
 }
 
 func (w *responseWriter) Header() http.Header {

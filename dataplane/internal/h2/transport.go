@@ -145,7 +145,7 @@ func (t *Transport) dial(ctx context.Context, addr string, via any) (*clientConn
 		_ = nc.SetReadDeadline(dl)
 		stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
 		var f http2.Frame
-		f, err = cc.fr.ReadFrame()
+		f, err = cc.readFrame()
 		if !stop() && err != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
