@@ -56,7 +56,8 @@
 //     the connect timeout and max_connections, counted connections, the
 //     plain HTTP/1.1 / h2c transport (upstream.go); the HTTP/1.1 pool and
 //     Envoy's response framing rules (h1pool.go, which the router hands
-//     the fast server request's stream explicitly: h1Pool.send); the mesh
+//     the fast server request's stream, or the upstream abort internal/h2
+//     fires for a serveStream request, explicitly: h1Pool.send); the mesh
 //     (mTLS) transports (mtls.go: newMeshTransport, dialHost), HTTP/2 by
 //     internal/h2's client;
 //   - health checks: health.go; the app's probes behind the sidecar:
