@@ -206,6 +206,52 @@ func TestHostilePeers(t *testing.T) {
 		}
 		p.until("RST_STREAM REFUSED_STREAM on the ninth", rst(17, http2.ErrCodeRefusedStream))
 	})
+	t.Run("malformed header blocks, answers never read", func(t *testing.T) {
+		// Each block draws a RST_STREAM; a peer that reads none of them
+		// is cut off (the reader's write has a deadline) rather than
+		// holding the reader in a write for ever.
+		p := dialRaw(t, ts.addr)
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
+		_ = enc.WriteField(hpack.HeaderField{Name: ":bogus", Value: "1"})
+		_ = p.c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		var err error
+		for id := uint32(1); err == nil && id < 1<<31; id += 2 {
+			err = p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("the server stopped reading but kept the connection: %v", err)
+		}
+	})
+	t.Run("malformed header block, then its body", func(t *testing.T) {
+		// The stream is refused; its DATA and trailers in flight are
+		// ignored (RFC 9113 5.1), and the connection serves the next.
+		p := dialRaw(t, ts.addr)
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}, {"Upper", "1"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		_ = p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: buf.Bytes(), EndHeaders: true})
+		_ = p.fr.WriteData(1, false, []byte("body"))
+		buf.Reset()
+		_ = enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
+		_ = p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: buf.Bytes(), EndHeaders: true, EndStream: true})
+		_ = p.headers(3, "/small", true)
+		p.until("the next stream's response", func(f http2.Frame) bool {
+			switch f := f.(type) {
+			case *http2.GoAwayFrame:
+				t.Fatalf("GOAWAY %v after a malformed stream's body", f.ErrCode)
+			case *http2.RSTStreamFrame:
+				if f.StreamID == 1 && f.ErrCode != http2.ErrCodeProtocol || f.StreamID == 3 {
+					t.Fatalf("RST_STREAM %d %v", f.StreamID, f.ErrCode)
+				}
+			case *http2.MetaHeadersFrame:
+				return f.StreamID == 3 && f.PseudoValue("status") == "200"
+			}
+			return false
+		})
+	})
 
 	close(stop)
 	<-legit

@@ -125,9 +125,7 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		defer context.AfterFunc(ctx, func() {
 			sc.mu.Lock()
 			for _, st := range sc.streams {
-				if st.abort != nil {
-					st.abort.Fire()
-				}
+				st.fireAbort()
 			}
 			sc.mu.Unlock()
 		})()
@@ -211,8 +209,13 @@ func (sc *serverConn) readError(f http2.Frame, err error) bool {
 				sc.maxID = se.StreamID // a stream that opened and closed
 			}
 			_ = sc.fr.WriteRSTStream(se.StreamID, se.Code)
+			sc.noteReset(se.StreamID) // its frames in flight are ignored
 		}
-		return sc.flushLocked() == nil
+		if len(sc.wbuf) > maxQueued {
+			sc.connErrorLocked(http2.ErrCodeEnhanceYourCalm) // as handle
+			return false
+		}
+		return sc.flushControlLocked() == nil // the reader's own write: with a deadline
 	case errors.As(err, &ce):
 		sc.connError(http2.ErrCode(ce))
 	case errors.Is(err, http2.ErrFrameTooLarge):

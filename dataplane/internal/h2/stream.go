@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,10 @@ type serverStream struct {
 	reqTmpl http.Request // what req was copied from (newRequest)
 	ctx     context.Context
 	cancel  context.CancelCauseFunc // ends ctx
-	abort   Aborter                 // fired when ctx ends (WatchAbort)
+	// abort is fired when ctx ends (WatchAbort); guarded by amu, not the
+	// connection's mu, which the timeouts' alarms must not wait for.
+	amu   sync.Mutex
+	abort Aborter
 
 	recvWindow  int64 // what the client may still send on the stream
 	recvUnacked int64
@@ -92,7 +96,9 @@ func (st *serverStream) serve() {
 		// What the handler left unread comes back to the client, and
 		// a transport still reading the body (its own goroutine) stops.
 		st.body.dropLocked()
+		st.amu.Lock()
 		st.abort = nil
+		st.amu.Unlock()
 		sc.handlers--
 		sc.startQueuedLocked()
 		_ = sc.flushLocked()
@@ -115,9 +121,7 @@ func (st *serverStream) peerReset(code http2.ErrCode) {
 	if st.cancel != nil {
 		st.cancel(context.Canceled)
 	}
-	if st.abort != nil {
-		st.abort.Fire()
-	}
+	st.fireAbort()
 	st.body.dropLocked()
 	st.sc.signal()
 }
@@ -221,11 +225,15 @@ type responseWriter struct {
 // wins): a handler with timeouts of its own ends the stream's context
 // instead of deriving another for each request.
 func (w *responseWriter) CancelRequest(cause error) {
-	st := w.st
-	st.sc.mu.Lock()
-	st.cancel(cause)
+	w.st.cancel(cause)
+	w.st.fireAbort()
+}
+
+// fireAbort fires the watched abort, if any.
+func (st *serverStream) fireAbort() {
+	st.amu.Lock()
 	a := st.abort
-	st.sc.mu.Unlock()
+	st.amu.Unlock()
 	if a != nil {
 		a.Fire()
 	}
@@ -241,11 +249,12 @@ type Aborter interface{ Fire() }
 // exchange is cut without a context.AfterFunc of its own per request.
 func (w *responseWriter) WatchAbort(a Aborter) {
 	st := w.st
-	st.sc.mu.Lock()
+	st.amu.Lock()
 	st.abort = a
-	done := st.ctx.Err() != nil
-	st.sc.mu.Unlock()
-	if done {
+	st.amu.Unlock()
+	// The base context's error is set before its end reaches the
+	// connection's watch (ServeConn), which may have looked already.
+	if st.ctx.Err() != nil || st.sc.ctx.Err() != nil {
 		a.Fire()
 	}
 }
