@@ -211,11 +211,7 @@ func (sc *serverConn) readError(f http2.Frame, err error) bool {
 			_ = sc.fr.WriteRSTStream(se.StreamID, se.Code)
 			sc.noteReset(se.StreamID) // its frames in flight are ignored
 		}
-		if len(sc.wbuf) > maxQueued {
-			sc.connErrorLocked(http2.ErrCodeEnhanceYourCalm) // as handle
-			return false
-		}
-		return sc.flushControlLocked() == nil // the reader's own write: with a deadline
+		return sc.flushReaderLocked()
 	case errors.As(err, &ce):
 		sc.connError(http2.ErrCode(ce))
 	case errors.Is(err, http2.ErrFrameTooLarge):
@@ -275,9 +271,15 @@ func (sc *serverConn) handle(f http2.Frame) bool {
 		sc.connErrorLocked(http2.ErrCode(ce))
 		return false
 	}
+	return sc.flushReaderLocked()
+}
+
+// flushReaderLocked sends what the reader queued (its answers: acks,
+// resets), with a deadline; false ends the connection, also when they
+// pile up behind a peer that does not read (x/net's and Envoy's flood
+// defences close such a connection).
+func (sc *serverConn) flushReaderLocked() bool {
 	if len(sc.wbuf) > maxQueued {
-		// Control frames pile up behind a peer that does not read
-		// (x/net's and Envoy's flood defences close such a connection).
 		sc.connErrorLocked(http2.ErrCodeEnhanceYourCalm)
 		return false
 	}
