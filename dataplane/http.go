@@ -757,10 +757,10 @@ func (w *worker) tryOnce(req *http.Request, ex *activeStream, h *lb.Host, perTry
 	switch mesh, _ = t.(*h2.Transport); {
 	case mesh != nil:
 		// The mesh's HTTP/2 transport reads the request's head while
-		// RoundTrip runs, keeps none of it (its HPACK encoder indexes
-		// nothing), and lets go of the context as the response body
-		// closes; only a body it sends on its own goroutine outlives
-		// the call.
+		// RoundTrip runs, keeps none of its memory (its HPACK table
+		// keeps copies, and the generated ids are not indexed), and
+		// lets go of the context as the response body closes; only a
+		// body it sends on its own goroutine outlives the call.
 		if out != req || out.Body != nil && out.Body != http.NoBody {
 			ex.ctxShared = true
 		}

@@ -360,8 +360,8 @@ func (c *Conn) reqCtxKept(ctx context.Context, rw *Writer) bool {
 // upgraded stream, or what the router gave a transport other than the
 // HTTP/1.1 pool's own exchange (Stream.Held, which a lent header map
 // implies). Such a transport may also keep what shares the stream's
-// memory (the router's generated x-request-id: an HTTP/2 connection's
-// HPACK table keeps the strings it encoded).
+// memory (the router's generated x-request-id: an x/net HTTP/2
+// connection's HPACK table keeps the strings it encoded).
 func (rw *Writer) mayBeHeld() bool {
 	return rw.hadBody || rw.hijacked || rw.st.Held()
 }

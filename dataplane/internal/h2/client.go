@@ -145,17 +145,17 @@ func (cc *clientConn) encodeRequest(enc encoder, req *http.Request) {
 	if host == "" {
 		host = req.URL.Host
 	}
-	_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
+	cc.writeField(enc, ":method", req.Method)
 	if req.Method != http.MethodConnect {
 		_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "http"})
 	}
-	_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
+	cc.writeField(enc, ":authority", host)
 	if req.Method != http.MethodConnect {
 		path := req.URL.RequestURI()
 		if req.URL.Opaque != "" {
 			path = req.URL.Opaque
 		}
-		_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: path})
+		cc.writeField(enc, ":path", path)
 	}
 	cc.encodeHeader(enc, req.Header, false)
 	if len(req.Trailer) > 0 && len(req.Header["Trailer"]) == 0 {

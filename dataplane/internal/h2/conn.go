@@ -76,6 +76,8 @@ type conn struct {
 	block   headerBlock       // the last header block read (readFrame)
 	lower   map[string]string // canonical header keys, lower-cased
 	canon   map[string]string // wire names, canonical (the reader's own)
+	kept    map[string]string // values copied for the HPACK table (owned)
+	keptLen int               // the bytes in kept
 
 	sendWindow    int64 // the connection's, granted by the peer
 	peerInitial   int64 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
@@ -108,6 +110,9 @@ func (c *conn) init(nc net.Conn, maxHeaderList uint32) {
 	c.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(queueWriter{c}, c.br)
 	c.fr.SetMaxReadFrameSize(maxFrameSize)
+	// Each frame is handled before the next is read: one DATA frame
+	// serves them all.
+	c.fr.SetReuseFrames()
 	c.fr.MaxHeaderListSize = maxHeaderList
 	c.hdec = hpack.NewDecoder(4096, c.emit)
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -119,6 +124,7 @@ func (c *conn) init(nc net.Conn, maxHeaderList uint32) {
 	c.recvWindow = connWindow
 	c.lower = make(map[string]string)
 	c.canon = make(map[string]string)
+	c.kept = make(map[string]string)
 }
 
 // ourSettings queues this end's SETTINGS and the connection window's
@@ -310,9 +316,91 @@ func (c *conn) encodeHeader(enc *hpack.Encoder, h http.Header, trailerPrefix boo
 			if !httpguts.ValidHeaderFieldValue(v) {
 				continue
 			}
-			_ = enc.WriteField(hpack.HeaderField{Name: lk, Value: v, Sensitive: lk == "authorization" || lk == "proxy-authorization"})
+			c.writeField(enc, lk, v)
 		}
 	}
+}
+
+// writeField encodes one field (mu held). Credentials are never indexed
+// (RFC 7541 7.1.3); a request's own ids go as literals without indexing;
+// every other value the table may keep is a copy the connection owns.
+func (c *conn) writeField(enc *hpack.Encoder, name, value string) {
+	switch {
+	case name == "authorization" || name == "proxy-authorization":
+		_ = enc.WriteField(hpack.HeaderField{Name: name, Value: value, Sensitive: true})
+	case perRequest(name) && len(c.hbuf.b) > 0:
+		// (Not first in the block: a pending table size update, which
+		// the encoder puts before its next field, must lead it.)
+		c.hbuf.b = appendLiteral(c.hbuf.b, name, value)
+	default:
+		_ = enc.WriteField(hpack.HeaderField{Name: name, Value: c.owned(enc, name, value)})
+	}
+}
+
+// perRequest says whether a field's value is new in every request (the
+// ids the router sets): indexed, each would only push the others out of
+// the table, and the router writes them into per-request buffers.
+func perRequest(name string) bool {
+	switch name {
+	case "x-request-id", "traceparent", "b3", "x-b3-traceid", "x-b3-spanid", "x-b3-parentspanid":
+		return true
+	}
+	return false
+}
+
+// keptLimit bounds the bytes of the copies a connection keeps for its
+// HPACK table (the table's own default size): past it they start over.
+const keptLimit = 4096
+
+// owned is value, or a copy of it nothing else can change, where the
+// encoder's table may keep it (the table holds the string itself): a
+// value the router wrote into memory it reuses must not change under
+// the table.
+func (c *conn) owned(enc *hpack.Encoder, name, value string) string {
+	if s, ok := c.kept[value]; ok {
+		return s
+	}
+	if (hpack.HeaderField{Name: name, Value: value}).Size() > enc.MaxDynamicTableSize() {
+		return value // never indexed
+	}
+	s := strings.Clone(value)
+	if c.keptLen+len(s) > keptLimit {
+		clear(c.kept)
+		c.keptLen = 0
+	}
+	c.kept[s] = s
+	c.keptLen += len(s)
+	return s
+}
+
+// appendLiteral appends a literal header field without indexing with a
+// new name (RFC 7541 6.2.2), which x/net's encoder does not write.
+func appendLiteral(dst []byte, name, value string) []byte {
+	dst = append(dst, 0)
+	return appendString(appendString(dst, name), value)
+}
+
+// appendString appends an HPACK string literal (RFC 7541 5.2), Huffman
+// coded where that is shorter.
+func appendString(dst []byte, s string) []byte {
+	if n := hpack.HuffmanEncodeLength(s); n < uint64(len(s)) {
+		return hpack.AppendHuffmanString(appendInt(dst, 0x80, n), s)
+	}
+	return append(appendInt(dst, 0, uint64(len(s))), s...)
+}
+
+// appendInt appends i with a 7-bit prefix (RFC 7541 5.1) after the bits
+// of first.
+func appendInt(dst []byte, first byte, i uint64) []byte {
+	const max = 1<<7 - 1
+	if i < max {
+		return append(dst, first|byte(i))
+	}
+	dst = append(dst, first|max)
+	for i -= max; i >= 0x80; i >>= 7 {
+		dst = append(dst, byte(i&0x7f|0x80))
+	}
+	return append(dst, byte(i))
 }
 
 // canonKey is a wire name in net/http's canonical form, from a bounded

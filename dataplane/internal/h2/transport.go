@@ -128,10 +128,6 @@ func (t *Transport) dial(ctx context.Context, addr string, via any) (*clientConn
 	}
 	cc := &clientConn{t: t, addr: addr, streams: map[uint32]*clientStream{}, nextID: 1}
 	cc.init(nc, t.MaxHeaderBytes)
-	// Nothing of a request stays in the HPACK table: its strings may be
-	// the caller's reused memory (and a request's unique fields would
-	// evict the others anyway).
-	cc.henc.SetMaxDynamicTableSize(0)
 	cc.mu.Lock()
 	cc.wbuf = append(cc.wbuf, http2.ClientPreface...)
 	cc.ourSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0})
