@@ -99,7 +99,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 	if hw == nil || res != &hw.conn.store.Resp || !hw.conn.store.HopFree {
 		removeHopByHop(res.Header)
 	}
-	if hw == nil || !hw.rw.AdoptHeader(res.Header) {
+	if !adoptHeader(ex, res.Header) {
 		dst := rw.Header()
 		for k, vv := range res.Header {
 			if len(dst[k]) == 0 {
@@ -145,6 +145,21 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 			}
 		}
 	}
+}
+
+// headerAdopter is a downstream writer that takes the upstream
+// response's header map as its own (internal/h2's; the fast HTTP/1
+// server's writer is reached through the request's stream).
+type headerAdopter interface{ AdoptHeader(h http.Header) bool }
+
+// adoptHeader hands h, the upstream response's header map (the router's
+// to give), to the downstream writer if it takes one and has none yet.
+func adoptHeader(ex *activeStream, h http.Header) bool {
+	if ex.h1 != nil {
+		return ex.h1.rw.AdoptHeader(h)
+	}
+	a, ok := ex.sw.ResponseWriter.(headerAdopter)
+	return ok && a.AdoptHeader(h)
 }
 
 // copyBody copies a response body downstream with the flushes proxy

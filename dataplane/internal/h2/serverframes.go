@@ -147,13 +147,12 @@ func (sc *serverConn) newRequest(st *serverStream, f *headerBlock) (*http.Reques
 		return nil, protoErr
 	}
 	st.ctx, st.cancel = context.WithCancelCause(sc.ctx)
-	// WithContext copies: the request it copies is the stream's own.
-	st.reqTmpl = http.Request{
+	// WithContext copies (inlined, it leaves tmpl on the stack).
+	tmpl := http.Request{
 		Method: method, URL: u, Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, Host: authority,
 		RequestURI: path, RemoteAddr: sc.remote, Trailer: declaredTrailers(h),
 	}
-	req := st.reqTmpl.WithContext(st.ctx)
-	st.reqTmpl = http.Request{}
+	req := tmpl.WithContext(st.ctx)
 	switch {
 	case f.StreamEnded():
 		st.remoteEnd = true

@@ -27,12 +27,11 @@ var errStreamClosed = errors.New("h2: stream closed")
 // serverStream is one request's stream on a server connection. Its state
 // is guarded by the connection's mu.
 type serverStream struct {
-	sc      *serverConn
-	id      uint32
-	req     *http.Request
-	reqTmpl http.Request // what req was copied from (newRequest)
-	ctx     context.Context
-	cancel  context.CancelCauseFunc // ends ctx
+	sc     *serverConn
+	id     uint32
+	req    *http.Request
+	ctx    context.Context
+	cancel context.CancelCauseFunc // ends ctx
 	// abort is fired when ctx ends (WatchAbort); guarded by amu, not the
 	// connection's mu, which the timeouts' alarms must not wait for.
 	amu   sync.Mutex
@@ -264,6 +263,17 @@ func (w *responseWriter) Header() http.Header {
 		w.header = http.Header{}
 	}
 	return w.header
+}
+
+// AdoptHeader makes h the response's header map if nothing was set in
+// the writer's own yet (the router hands over the upstream response's,
+// which is its to give: no copy per request); it reports whether it did.
+func (w *responseWriter) AdoptHeader(h http.Header) bool {
+	if len(w.header) > 0 || w.status != 0 || w.sentHeader {
+		return false
+	}
+	w.header = h
+	return true
 }
 
 func (w *responseWriter) WriteHeader(code int) {
