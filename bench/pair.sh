@@ -331,13 +331,20 @@ print(f"Plain (no proxy): p50 {med(plain,'p50'):.0f} µs, p90 {med(plain,'p90'):
 print()
 print("| pair | added p50 | added p90 | added p99 | CPU per request, both proxies | non-200 |")
 print("|---|---:|---:|---:|---:|---:|")
-res = {}
+res, per = {}, {"plain": plain}
 for name in ["meshlet", "meshlet-rbac10", "haproxy", "haproxy-rules10"]:
-    rs = runs(name)
+    rs = per[name] = runs(name)
     add = {k: med(rs, k) - med(plain, k) for k in ("p50", "p90", "p99")}
     res[name] = dict(add, cpu=med(rs, "cpu"))
     print(f"| {name} | {add['p50']:.0f} µs | {add['p90']:.0f} µs | {add['p99']:.0f} µs | {med(rs,'cpu'):.1f} µs "
           f"({', '.join('%.1f' % r['cpu'] for r in rs)}) | {sum(r['bad'] for r in rs)} |")
+print()
+# Each round's p99, for the spread behind the medians, and the rounds the
+# meshlet pair beat the haproxy pair in (each round runs both).
+print("p99 in each round (µs): " + "; ".join(f"{n} {', '.join('%.0f' % r['p99'] for r in rs)}" for n, rs in per.items()) + ".")
+wins = lambda k: sum(a[k] <= b[k] for a, b in zip(per["meshlet"], per["haproxy"]))
+print(f"Round by round, the meshlet pair's p99 was at most the haproxy pair's in {wins('p99')} of {rounds} rounds, "
+      f"its CPU per request in {wins('cpu')} of {rounds}.")
 print()
 m, h = res["meshlet"], res["haproxy"]
 ok99, okcpu = m["p99"] <= h["p99"], m["cpu"] <= h["cpu"]

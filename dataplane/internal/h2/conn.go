@@ -91,6 +91,10 @@ type conn struct {
 	// deadlined: the writer is the reader (a deadline on each write);
 	// closeAfter: close once the writer is done.
 	deadlined, closeAfter bool
+	// linger: once the writer is done, keep reading for lingerTimeout
+	// instead of closing (lingering: doing so).
+	linger, lingering bool
+	lingerTimeout     time.Duration
 }
 
 type bufferWriter struct{ b []byte }
@@ -161,7 +165,13 @@ func (c *conn) flushLocked() error {
 		c.signal() // writers waiting for the queue to shrink
 	}
 	c.writing = false
-	if c.closeAfter {
+	switch {
+	case c.closeAfter && c.linger && c.err == nil:
+		if !c.lingering {
+			c.lingering = true
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.lingerTimeout))
+		}
+	case c.closeAfter:
 		c.failLocked(errClosed)
 	}
 	return c.err
@@ -174,6 +184,17 @@ func (c *conn) closeAfterFlushLocked() {
 	if !c.writing {
 		_ = c.flushLocked()
 	}
+}
+
+// lingerAfterFlushLocked is closeAfterFlushLocked after a graceful
+// GOAWAY with no stream left: the connection is read (and what arrives
+// ignored or answered) until the peer closes it or lingerTimeout passes,
+// then closed. Closed at once, a socket with unread bytes resets the
+// connection, which can discard the GOAWAY before the peer reads it
+// (x/net's server waits the same second, golang.org/issue/18701).
+func (c *conn) lingerAfterFlushLocked() {
+	c.linger = true
+	c.closeAfterFlushLocked()
 }
 
 func (c *conn) controlTimeoutOr() time.Duration {

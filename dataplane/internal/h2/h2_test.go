@@ -495,3 +495,67 @@ func TestHeadHasNoBody(t *testing.T) {
 		}
 	}
 }
+
+// TestGoAwayLingers: after a graceful GOAWAY with no stream left the
+// server still reads the connection (a client that had not seen the
+// GOAWAY yet is answered, not reset) until the client closes it, or
+// closes it itself once its linger has passed; either way with a FIN.
+func TestGoAwayLingers(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	drained := func(t *testing.T, linger time.Duration) *rawPeer {
+		ts := serve(t, ok, false, func(s *Server) { s.lingerTimeout = linger })
+		p := dialRaw(t, ts.addr)
+		p.until("the server's SETTINGS", func(f http2.Frame) bool {
+			s, ok := f.(*http2.SettingsFrame)
+			return ok && !s.IsAck()
+		})
+		for {
+			ts.srv.mu.Lock()
+			n := len(ts.srv.conns)
+			ts.srv.mu.Unlock()
+			if n == 1 {
+				break
+			}
+			runtimeYield()
+		}
+		ts.srv.Drain()
+		p.until("GOAWAY", goAway(http2.ErrCodeNo))
+		return p
+	}
+	eof := func(p *rawPeer) {
+		t.Helper()
+		_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, err := p.fr.ReadFrame(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("the connection ended with %v, want the server's FIN (io.EOF)", err)
+				}
+				return
+			}
+		}
+	}
+	t.Run("client still talking", func(t *testing.T) {
+		p := drained(t, time.Minute)
+		// A stream the client opened before it read the GOAWAY, and a PING.
+		if err := p.headers(1, "/late", false); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.fr.WriteData(1, true, []byte("body"))
+		_ = p.fr.WritePing(false, [8]byte{7})
+		p.until("the PING's answer", func(f http2.Frame) bool {
+			pf, ok := f.(*http2.PingFrame)
+			return ok && pf.IsAck() && pf.Data == [8]byte{7}
+		})
+		_ = p.c.(*net.TCPConn).CloseWrite() // the client is done: the server closes at once
+		eof(p)
+	})
+	t.Run("client silent", func(t *testing.T) {
+		const linger = 50 * time.Millisecond
+		p := drained(t, linger)
+		since := time.Now()
+		eof(p)
+		if d := time.Since(since); d < linger {
+			t.Fatalf("closed %v after the GOAWAY, before the linger (%v) passed", d, linger)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -28,8 +29,9 @@ type Server struct {
 	// Log takes what a handler's panic says.
 	Log *slog.Logger
 
-	// controlTimeout shortens controlWriteTimeout (tests).
-	controlTimeout time.Duration
+	// controlTimeout shortens controlWriteTimeout, lingerTimeout
+	// goAwayLinger (tests).
+	controlTimeout, lingerTimeout time.Duration
 
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
@@ -119,6 +121,7 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 	sc := &serverConn{srv: s, ctx: ctx, streams: map[uint32]*serverStream{}, remote: nc.RemoteAddr().String()}
 	sc.init(nc, s.MaxHeaderBytes)
 	sc.controlTimeout = s.controlTimeout
+	sc.lingerTimeout = cmp.Or(s.lingerTimeout, goAwayLinger)
 	defer sc.close()
 	if ctx.Done() != nil {
 		// The base context's end ends every request's: their aborts fire.
@@ -126,6 +129,9 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 			sc.mu.Lock()
 			for _, st := range sc.streams {
 				st.fireAbort()
+			}
+			if sc.lingering {
+				sc.failLocked(errClosed) // the server stops: no wait for the peer
 			}
 			sc.mu.Unlock()
 		})()
@@ -297,9 +303,14 @@ func (sc *serverConn) goAwayLocked(code http2.ErrCode) {
 		_ = sc.fr.WriteGoAway(sc.maxID, code, nil)
 	}
 	if len(sc.streams) == 0 {
-		sc.closeAfterFlushLocked()
+		sc.lingerAfterFlushLocked()
 	}
 }
+
+// goAwayLinger is how long a connection is still read after its graceful
+// GOAWAY once no stream is left, unless the client closes it first (as
+// x/net's server waits: about a round trip and then some).
+const goAwayLinger = time.Second
 
 func (sc *serverConn) connError(code http2.ErrCode) {
 	sc.mu.Lock()
@@ -354,8 +365,8 @@ func (sc *serverConn) forgetLocked(st *serverStream) {
 	if len(sc.streams) > 0 {
 		return
 	}
-	if sc.goAway {
-		sc.closeAfterFlushLocked()
+	if sc.goAway && !sc.closeAfter {
+		sc.lingerAfterFlushLocked() // (after a connection error it is closing)
 	} else if sc.idle != nil {
 		sc.idleAt = time.Now()
 	}
