@@ -163,7 +163,7 @@ func (cc *clientConn) encodeRequest(enc encoder, req *http.Request) {
 		for k := range req.Trailer {
 			keys = append(keys, cc.lowerKey(k))
 		}
-		_ = enc.WriteField(hpack.HeaderField{Name: "trailer", Value: strings.Join(keys, ",")})
+		cc.writeField(enc, "trailer", strings.Join(keys, ","))
 	}
 	if req.ContentLength > 0 && req.Header.Get("Content-Length") == "" {
 		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(req.ContentLength, 10)})

@@ -178,23 +178,17 @@ func (c *conn) flushLocked() error {
 }
 
 // closeAfterFlushLocked sends what is queued and closes the connection;
-// if another goroutine is writing, that writer closes it when done.
+// if another goroutine is writing, that writer closes it when done. The
+// last write has the control-write deadline: it may be the reader's.
 func (c *conn) closeAfterFlushLocked() {
 	c.closeAfter = true
 	if !c.writing {
-		_ = c.flushLocked()
+		c.deadlined = true
+		if c.flushLocked() == nil { // (lingering)
+			_ = c.nc.SetWriteDeadline(time.Time{})
+		}
+		c.deadlined = false
 	}
-}
-
-// lingerAfterFlushLocked is closeAfterFlushLocked after a graceful
-// GOAWAY with no stream left: the connection is read (and what arrives
-// ignored or answered) until the peer closes it or lingerTimeout passes,
-// then closed. Closed at once, a socket with unread bytes resets the
-// connection, which can discard the GOAWAY before the peer reads it
-// (x/net's server waits the same second, golang.org/issue/18701).
-func (c *conn) lingerAfterFlushLocked() {
-	c.linger = true
-	c.closeAfterFlushLocked()
 }
 
 func (c *conn) controlTimeoutOr() time.Duration {

@@ -559,3 +559,79 @@ func TestGoAwayLingers(t *testing.T) {
 		}
 	})
 }
+
+// TestGoAwayLingerEnds: a linger ends in the two cases where nothing else
+// would end it: a connection drained before its first SETTINGS frame
+// (reading that frame must not clear the linger's deadline), and a
+// stream that ends after the server stopped (no wait for the client).
+func TestGoAwayLingerEnds(t *testing.T) {
+	t.Run("drained before SETTINGS", func(t *testing.T) {
+		ts := serve(t, http.NotFoundHandler(), false, func(s *Server) { s.lingerTimeout = 50 * time.Millisecond })
+		ts.srv.Drain() // the connections that come later are drained at once
+		p := dialRaw(t, ts.addr)
+		p.until("GOAWAY", goAway(http2.ErrCodeNo))
+		_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, err := p.fr.ReadFrame(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("the drained connection was not closed (linger 50 ms): %v", err)
+				}
+				return
+			}
+		}
+	})
+	t.Run("stream ends after the stop", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		release, stopped := make(chan struct{}), make(abortFunc)
+		srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.(*responseWriter).WatchAbort(stopped) // fired by the server's stop
+			<-release
+		}), MaxHeaderBytes: 60 << 10, lingerTimeout: time.Hour}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if c, err := ln.Accept(); err == nil {
+				srv.ServeConn(ctx, c)
+			}
+		}()
+		p := dialRaw(t, ln.Addr().String())
+		if err := p.headers(1, "/", true); err != nil {
+			t.Fatal(err)
+		}
+		for open := 0; open != 1; runtimeYield() {
+			srv.mu.Lock()
+			for sc := range srv.conns {
+				sc.mu.Lock()
+				open = len(sc.streams)
+				sc.mu.Unlock()
+			}
+			srv.mu.Unlock()
+		}
+		srv.Drain()
+		p.until("GOAWAY", goAway(http2.ErrCodeNo))
+		cancel() // the server stops while the stream runs...
+		<-stopped
+		close(release) // ...and the stream ends after it
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connection still lingers 10 s after the server stopped")
+		}
+	})
+}
+
+// abortFunc is an Aborter that closes itself when fired.
+type abortFunc chan struct{}
+
+func (a abortFunc) Fire() {
+	select {
+	case <-a:
+	default:
+		close(a)
+	}
+}

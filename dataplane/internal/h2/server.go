@@ -130,8 +130,10 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 			for _, st := range sc.streams {
 				st.fireAbort()
 			}
+			// The server stops: no wait for the peer, now or later.
+			sc.linger = false
 			if sc.lingering {
-				sc.failLocked(errClosed) // the server stops: no wait for the peer
+				sc.failLocked(errClosed)
 			}
 			sc.mu.Unlock()
 		})()
@@ -174,7 +176,11 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn) {
 		sc.connError(http2.ErrCodeProtocol)
 		return
 	}
-	_ = nc.SetReadDeadline(time.Time{})
+	sc.mu.Lock()
+	if !sc.lingering { // (drained at once: the linger's deadline stays)
+		_ = nc.SetReadDeadline(time.Time{})
+	}
+	sc.mu.Unlock()
 	if !sc.handle(f) {
 		return
 	}
@@ -305,6 +311,18 @@ func (sc *serverConn) goAwayLocked(code http2.ErrCode) {
 	if len(sc.streams) == 0 {
 		sc.lingerAfterFlushLocked()
 	}
+}
+
+// lingerAfterFlushLocked is closeAfterFlushLocked after a graceful
+// GOAWAY with no stream left: the connection is read (what arrives
+// ignored or answered) until the client closes it or lingerTimeout
+// passes. Closed at once, a socket with unread bytes resets the
+// connection, which can discard the GOAWAY before the client reads it
+// (x/net's server waits the same second, golang.org/issue/18701). A
+// stopped server (its base context over) closes at once.
+func (sc *serverConn) lingerAfterFlushLocked() {
+	sc.linger = sc.ctx.Err() == nil
+	sc.closeAfterFlushLocked()
 }
 
 // goAwayLinger is how long a connection is still read after its graceful
