@@ -37,6 +37,10 @@ const (
 	DefaultBundleFile = "svid_bundle.pem"
 	// DefaultInterval is how often the files are checked for a change.
 	DefaultInterval = time.Second
+	// tornGrace is how long a refused set stands before it is logged:
+	// an agent writing the files one by one is done well within it,
+	// however often they are checked.
+	tornGrace = time.Second
 )
 
 // Config configures a Watcher.
@@ -111,17 +115,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	var refused error // the set as it stands was refused, not yet logged
+	var refusedAt time.Time
 	for {
 		switch {
 		case w.changed():
-			refused = w.Load()
+			refused, refusedAt = w.Load(), time.Now()
 			if refused != nil {
 				// The agents write the files one by one, so a set caught
 				// half-written is refused quietly; it is logged only if
-				// it is still the set at the next check.
+				// it is still the set at a check tornGrace later.
 				w.log.Debug("identity files refused; checking again", "error", refused)
 			}
-		case refused != nil:
+		case refused != nil && time.Since(refusedAt) >= tornGrace:
 			w.log.Warn("refused identity files; keeping the last good identity", "error", refused, "current", w.cfg.Store.Current().ID.String())
 			refused = nil
 		}
