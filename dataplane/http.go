@@ -984,14 +984,16 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	end := time.Now()
 	d := end.Sub(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
-	e := accesslog.Entry{
-		StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, h1.RequestTarget(req)), Protocol: req.Proto,
-		ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
-		UpstreamServiceTime: -1, ForwardedFor: h1.Get(req.Header, "X-Forwarded-For"), UserAgent: h1.Get(req.Header, "User-Agent"),
-		RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
+	if lg := w.s.access.Load(); !lg.Off() {
+		e := accesslog.Entry{
+			StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, h1.RequestTarget(req)), Protocol: req.Proto,
+			ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
+			UpstreamServiceTime: -1, ForwardedFor: h1.Get(req.Header, "X-Forwarded-For"), UserAgent: h1.Get(req.Header, "User-Agent"),
+			RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
+		}
+		lg.Write(w.id, &e, logsink.Extra{Details: ex.details, Failure: ex.failure, Cluster: ex.clusterName(),
+			DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer, TraceID: ex.trace.logTraceID()})
 	}
-	w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: ex.details, Failure: ex.failure, Cluster: ex.clusterName(),
-		DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer, TraceID: ex.trace.logTraceID()})
 	if ex.trace.sampled {
 		w.endTrace(st, info, req, sw, rx, ex, start, end)
 	}

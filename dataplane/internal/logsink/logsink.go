@@ -138,6 +138,10 @@ type Extra struct {
 	TraceID                      string // %TRACE_ID% ("": no tracing)
 }
 
+// Off reports whether the log writes nothing (access_log.path "off"): a
+// caller need not build its entries.
+func (a *Logger) Off() bool { return a == nil || a.off }
+
 // Write renders e into worker's buffer.
 func (a *Logger) Write(worker int, e *accesslog.Entry, x Extra) {
 	if a == nil || a.off {
