@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshlet-dev/meshlet/internal/testtool"
 )
 
 // Cluster is a running control plane.
@@ -72,15 +74,9 @@ type ClusterOptions struct {
 	Nodes bool
 }
 
-// freePort returns a loopback port nothing listens on.
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a loopback port nothing listens on (testtool.FreePorts:
+// not one the kernel may hand to an outgoing connection meanwhile).
+func freePort(t testing.TB) int { return testtool.FreePorts(t, "127.0.0.1", 1)[0] }
 
 // toolsBin runs a tools script of this folder (which builds or finds cached
 // binaries and prints their folder) unless env names the folder already.

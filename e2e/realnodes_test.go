@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -476,12 +475,7 @@ func startPrometheus(t *testing.T, name, config string) (string, *proc) {
 	}
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "prometheus.yml", config)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	return addr, startProc(t, name, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 }
 

@@ -103,7 +103,7 @@ func StartJaeger(t testing.TB, host string) *JaegerServer {
 	t.Helper()
 	bin := Jaeger(t)
 	dir := t.TempDir()
-	ports := freePorts(t, host, 4)
+	ports := portStrings(FreePorts(t, host, 4))
 	j := &JaegerServer{OTLP: net.JoinHostPort(host, ports[0]), Query: "http://" + net.JoinHostPort(host, ports[1]), log: &Buffer{}}
 	health := "http://" + net.JoinHostPort(host, ports[3]) + "/status"
 	cfg := fmt.Sprintf(`service:
@@ -265,24 +265,13 @@ func (j *JaegerServer) WaitTrace(t testing.TB, id string, n int) []JaegerSpan {
 	}
 }
 
-// freePorts returns n ports free on host now (the kernel's choice).
-func freePorts(t testing.TB, host string, n int) []string {
-	t.Helper()
-	var ls []net.Listener
-	var ports []string
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		_, p, _ := net.SplitHostPort(l.Addr().String())
-		ports = append(ports, p)
+// portStrings is ports as strings, for net.JoinHostPort.
+func portStrings(ports []int) []string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(p)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+	return s
 }
 
 func shortHash(b []byte) string {

@@ -1,7 +1,9 @@
 package testtool
 
 import (
+	"net"
 	"runtime/debug"
+	"strconv"
 	"testing"
 )
 
@@ -29,5 +31,29 @@ func TestBuiltWith(t *testing.T) {
 		if got := builtWith(c.bi, c.settings); got != c.want {
 			t.Errorf("%s: builtWith(%v) = %v, want %v", c.name, c.settings, got, c.want)
 		}
+	}
+}
+
+// TestFreePorts: distinct ports, each bindable, none in the kernel's
+// ephemeral range when it leaves room below it.
+func TestFreePorts(t *testing.T) {
+	ports := FreePorts(t, "127.0.0.1", 20)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if belowEphemeral() && (p < portsLow || p >= portsHigh) {
+			t.Fatalf("port %d outside %d-%d", p, portsLow, portsHigh-1)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", p, err)
+		}
+		l.Close()
+	}
+	if again := FreePorts(t, "127.0.0.1", 1)[0]; seen[again] {
+		t.Fatalf("port %d handed out again", again)
 	}
 }
