@@ -326,6 +326,19 @@ func TestStreamLimitOpensConnections(t *testing.T) {
 // runtimeYield pauses a loop that polls for a state it then checks.
 func runtimeYield() { time.Sleep(time.Millisecond) }
 
+// openStreams is the number of streams open on s's connections.
+func openStreams(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for sc := range s.conns {
+		sc.mu.Lock()
+		n += len(sc.streams)
+		sc.mu.Unlock()
+	}
+	return n
+}
+
 // TestCancelEndsServerStream: a request whose context ends resets its
 // stream: the handler's context ends.
 func TestCancelEndsServerStream(t *testing.T) {
@@ -410,18 +423,7 @@ func TestDrainSendsGoAway(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		done <- string(b)
 	}()
-	for {
-		ts.srv.mu.Lock()
-		var open int
-		for sc := range ts.srv.conns {
-			sc.mu.Lock()
-			open += len(sc.streams)
-			sc.mu.Unlock()
-		}
-		ts.srv.mu.Unlock()
-		if open == 1 {
-			break
-		}
+	for openStreams(ts.srv) != 1 {
 		runtimeYield()
 	}
 	ts.srv.Drain()
@@ -522,18 +524,6 @@ func TestGoAwayLingers(t *testing.T) {
 		p.until("GOAWAY", goAway(http2.ErrCodeNo))
 		return p
 	}
-	eof := func(p *rawPeer) {
-		t.Helper()
-		_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		for {
-			if _, err := p.fr.ReadFrame(); err != nil {
-				if !errors.Is(err, io.EOF) {
-					t.Fatalf("the connection ended with %v, want the server's FIN (io.EOF)", err)
-				}
-				return
-			}
-		}
-	}
 	t.Run("client still talking", func(t *testing.T) {
 		p := drained(t, time.Minute)
 		// A stream the client opened before it read the GOAWAY, and a PING.
@@ -547,13 +537,13 @@ func TestGoAwayLingers(t *testing.T) {
 			return ok && pf.IsAck() && pf.Data == [8]byte{7}
 		})
 		_ = p.c.(*net.TCPConn).CloseWrite() // the client is done: the server closes at once
-		eof(p)
+		p.untilEOF()
 	})
 	t.Run("client silent", func(t *testing.T) {
 		const linger = 50 * time.Millisecond
 		p := drained(t, linger)
 		since := time.Now()
-		eof(p)
+		p.untilEOF()
 		if d := time.Since(since); d < linger {
 			t.Fatalf("closed %v after the GOAWAY, before the linger (%v) passed", d, linger)
 		}
@@ -570,15 +560,7 @@ func TestGoAwayLingerEnds(t *testing.T) {
 		ts.srv.Drain() // the connections that come later are drained at once
 		p := dialRaw(t, ts.addr)
 		p.until("GOAWAY", goAway(http2.ErrCodeNo))
-		_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		for {
-			if _, err := p.fr.ReadFrame(); err != nil {
-				if !errors.Is(err, io.EOF) {
-					t.Fatalf("the drained connection was not closed (linger 50 ms): %v", err)
-				}
-				return
-			}
-		}
+		p.untilEOF() // (the linger, 50 ms, ends it)
 	})
 	t.Run("stream ends after the stop", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -603,14 +585,8 @@ func TestGoAwayLingerEnds(t *testing.T) {
 		if err := p.headers(1, "/", true); err != nil {
 			t.Fatal(err)
 		}
-		for open := 0; open != 1; runtimeYield() {
-			srv.mu.Lock()
-			for sc := range srv.conns {
-				sc.mu.Lock()
-				open = len(sc.streams)
-				sc.mu.Unlock()
-			}
-			srv.mu.Unlock()
+		for openStreams(srv) != 1 {
+			runtimeYield()
 		}
 		srv.Drain()
 		p.until("GOAWAY", goAway(http2.ErrCodeNo))

@@ -65,6 +65,21 @@ func (p *rawPeer) until(what string, match func(http2.Frame) bool) {
 	}
 }
 
+// untilEOF reads frames until the server closes the connection; it fails
+// the test unless that is a FIN (io.EOF) within 10 s.
+func (p *rawPeer) untilEOF() {
+	p.t.Helper()
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, err := p.fr.ReadFrame(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.t.Fatalf("the connection ended with %v, want the server's FIN (io.EOF)", err)
+			}
+			return
+		}
+	}
+}
+
 func goAway(code http2.ErrCode) func(http2.Frame) bool {
 	return func(f http2.Frame) bool {
 		g, ok := f.(*http2.GoAwayFrame)
