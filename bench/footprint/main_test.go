@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// trace is a lackey trace of three requests after one warm-up: each
+// window starts at the marker's fetch (0x1000); 0x2000 (a 4-byte
+// instruction crossing into the next line at 0x203e) and its store run in
+// every request, 0x3000 in one of three only, 0x9000 (an excluded
+// function) in all.
+const trace = `==1== Lackey, an example Valgrind tool
+I  00001000,4
+I  00005000,2
+I  00001000,4
+I  0000203e,4
+ S 7ff000010,8
+I  00003000,1
+I  00009000,3
+I  00001000,4
+I  0000203e,4
+ S 7ff000010,8
+ L 7ff000040,8
+I  00009000,3
+I  00001000,4
+I  0000203e,4
+ M 7ff000010,8
+I  00009000,3
+I  00001000,4
+I  00002000,4
+`
+
+func TestWindows(t *testing.T) {
+	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.n != 3 { // the last window is cut short by the end, not counted
+		t.Fatalf("windows %d, want 3", w.n)
+	}
+	syms := symbols{{"main.marker", 0x1000, 4}, {"main.hot", 0x2000, 0x100}, {"main.rare", 0x3000, 1}, {"runtime.gcDrain", 0x9000, 3}}
+	r := summarize(w, syms, nil, 0.8, regexp.MustCompile(defaultExclude), 10)
+	// The marker's line, main.hot's two lines; main.rare (1 of 3) and
+	// runtime.gcDrain (excluded) are left out.
+	if r.CodeLines != 3 || r.CodePages != 2 {
+		t.Errorf("code %d lines, %d pages; want 3, 2: %+v", r.CodeLines, r.CodePages, r)
+	}
+	if len(r.CodeByFunc) != 2 || r.CodeByFunc[0] != (count{"main.hot", 2}) {
+		t.Errorf("by function %+v", r.CodeByFunc)
+	}
+	// The store's line in all three, the load's in one only.
+	if r.DataLines != 1 || r.DataByRegion[0].Name != "anonymous (heap, stacks, runtime)" {
+		t.Errorf("data %+v", r)
+	}
+	if all := summarize(w, syms, nil, 0.3, regexp.MustCompile(defaultExclude), 10); all.CodeLines != 4 || all.DataLines != 2 {
+		t.Errorf("at a third of the windows: code %d, data %d; want 4, 2", all.CodeLines, all.DataLines)
+	}
+}
+
+// TestWindowsPer counts two marker fetches as one window, as for a
+// marker run twice per request.
+func TestWindowsPer(t *testing.T) {
+	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five fetches: windows of fetches 1-2 and 3-4; the fifth's is cut short.
+	if w.n != 2 || w.code[0x3000>>lineShift] != 1 || w.code[0x5000>>lineShift] != 1 || w.code[0x9000>>lineShift] != 2 {
+		t.Fatalf("windows %d, lines %v", w.n, w.code)
+	}
+}
+
+func TestParseAccess(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		ok   bool
+		kind byte
+		addr uint64
+		size uint64
+	}{
+		{"I  0040a2b0,3\n", true, 'I', 0x40a2b0, 3},
+		{" L 7ff000398,8\n", true, 'D', 0x7ff000398, 8},
+		{" M 0421d2e8,4\n", true, 'D', 0x421d2e8, 4},
+		{"==12== Command: ./sidecar\n", false, 0, 0, 0},
+		{"I  0040a2b0\n", false, 0, 0, 0},   // no size
+		{"I  0040a2b0,0\n", false, 0, 0, 0}, // empty access
+		{"I  00zz,3\n", false, 0, 0, 0},
+		{" X 0040a2b0,3\n", false, 0, 0, 0},
+		{"I  ,3\n", false, 0, 0, 0},
+		{"I  0040a2b0,3x\n", false, 0, 0, 0},
+		{"", false, 0, 0, 0},
+	} {
+		kind, addr, size, ok := parseAccess([]byte(c.in))
+		if ok != c.ok || kind != c.kind || addr != c.addr || size != c.size {
+			t.Errorf("parseAccess(%q) = %c %#x %d %v, want %c %#x %d %v", c.in, kind, addr, size, ok, c.kind, c.addr, c.size, c.ok)
+		}
+	}
+}
+
+func TestPkgOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"github.com/meshlet-dev/meshlet/dataplane.(*worker).serveRequest": "github.com/meshlet-dev/meshlet/dataplane",
+		"runtime.mallocgc":                         "runtime",
+		"internal/runtime/maps.(*Map).Delete":      "internal/runtime/maps",
+		"type:.eq.github.com/x/y/stats.Key":        "github.com/x/y/stats",
+		"github.com/x/y/h1.valid[go.shape.string]": "github.com/x/y/h1",
+		"indexbytebody":                            "indexbytebody",
+	} {
+		if got := pkgOf(in); got != want {
+			t.Errorf("pkgOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAt(t *testing.T) {
+	s := symbols{{"runtime.rodata", 0x100, 0}, {"type:*", 0x100, 0}, {"go:string.*", 0x200, 0}}
+	for a, want := range map[uint64]string{0x50: "?", 0x100: "type:*", 0x1ff: "type:*", 0x200: "go:string.*", 0x900: "go:string.*"} {
+		if got := s.at(a); got != want {
+			t.Errorf("at(%#x) = %q, want %q", a, got, want)
+		}
+	}
+}
