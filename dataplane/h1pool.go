@@ -644,7 +644,8 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
 		host = req.URL.Host
 	}
 	if body == nil && req.Body != nil && req.Body != http.NoBody || req.Method == http.MethodConnect || req.URL == nil || req.URL.Opaque != "" ||
-		host == "" || !httpguts.ValidHostHeader(host) || strings.ContainsAny(host, "/ %") || req.Close {
+		host == "" || !httpguts.ValidHostHeader(host) ||
+		strings.IndexByte(host, '/') >= 0 || strings.IndexByte(host, ' ') >= 0 || strings.IndexByte(host, '%') >= 0 || req.Close {
 		return false
 	}
 	for k, vv := range req.Header {

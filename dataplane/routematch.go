@@ -39,7 +39,9 @@ func hostOnly(authority string) string {
 	if i < 0 {
 		return authority
 	}
-	if strings.IndexAny(authority[:i], ":[]") < 0 && i+1 < len(authority) && allDigits(authority[i+1:]) {
+	// (IndexByte, whose code every request runs already, not IndexAny.)
+	if h := authority[:i]; strings.IndexByte(h, ':') < 0 && strings.IndexByte(h, '[') < 0 && strings.IndexByte(h, ']') < 0 &&
+		i+1 < len(authority) && allDigits(authority[i+1:]) {
 		return authority[:i]
 	}
 	if h, _, err := net.SplitHostPort(authority); err == nil {

@@ -165,7 +165,7 @@ func (s *HeadScratch) get(n int) (http.Header, []string) {
 // there or the first line ends in a bare LF.
 func bufferedHead(br *bufio.Reader) (buf []byte, end, nl int, ok bool) {
 	buf, _ = br.Peek(br.Buffered())
-	if end = bytes.Index(buf, []byte("\r\n\r\n")); end < 0 {
+	if end = headEnd(buf); end < 0 {
 		return nil, 0, 0, false
 	}
 	nl = bytes.IndexByte(buf, '\n') // at most end+1
@@ -173,6 +173,23 @@ func bufferedHead(br *bufio.Reader) (buf []byte, end, nl int, ok bool) {
 		return nil, 0, 0, false
 	}
 	return buf, end, nl, true
+}
+
+// headEnd is bytes.Index(b, "\r\n\r\n"): every occurrence ends at an LF,
+// so the first is at the first LF that ends one. (IndexByte's code is the
+// request path's already; Index's would be its own, on every request.)
+func headEnd(b []byte) int {
+	for from := 0; ; {
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return -1
+		}
+		i += from
+		if i >= 3 && b[i-3] == '\r' && b[i-2] == '\n' && b[i-1] == '\r' {
+			return i - 3
+		}
+		from = i + 1
+	}
 }
 
 // headerFacts is what parseHeaderLines saw of framing and routing.
@@ -198,15 +215,20 @@ type headerFacts struct {
 // characters), more than 100 lines, a Content-Length that is not plain
 // digits.
 func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts, ok bool) {
-	n := strings.Count(rest, "\r\n")
+	// Lines end at LFs; one without its CR is declined, as Index(rest,
+	// "\r\n") would have left the LF in a value that then fails.
+	n := strings.Count(rest, "\n")
 	if n > 100 {
 		return nil, f, false
 	}
 	h, vals := s.get(n)
 	for i := 0; i < n; i++ {
-		eol := strings.Index(rest, "\r\n")
-		l := rest[:eol]
-		rest = rest[eol+2:]
+		eol := strings.IndexByte(rest, '\n')
+		if eol < 1 || rest[eol-1] != '\r' {
+			return nil, f, false
+		}
+		l := rest[:eol-1]
+		rest = rest[eol+1:]
 		colon := strings.IndexByte(l, ':')
 		if colon <= 0 {
 			return nil, f, false
@@ -231,7 +253,7 @@ func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts
 			f.hosts++
 		case "Content-Length":
 			f.lengths++
-			if f.length = parseLength(v); f.length < 0 {
+			if f.length = ParseLength(v); f.length < 0 {
 				return nil, f, false
 			}
 		case "Connection":
@@ -291,7 +313,7 @@ func ReadRequestFast(br *bufio.Reader, st *ReqStore) (req *http.Request, ok bool
 		hs = st.Hdr
 	}
 	if st != nil && st.MaxHeaders > 0 && st.MaxHeaders < config.DefaultMaxHeadersCount &&
-		strings.Count(head[nl+1:], "\r\n") > st.MaxHeaders {
+		strings.Count(head[nl+1:], "\n") > st.MaxHeaders {
 		return nil, false // (parseHeaderLines takes at most the default)
 	}
 	h, f, ok := parseHeaderLines(head[nl+1:], hs)
@@ -401,9 +423,9 @@ func TrimOWS(v string) string {
 	return v
 }
 
-// parseLength parses a Content-Length value as net/http does (decimal
+// ParseLength parses a Content-Length value as net/http does (decimal
 // digits, leading zeros allowed, below 2^63); -1 if it is not one.
-func parseLength(s string) int64 {
+func ParseLength(s string) int64 {
 	if s == "" || len(s) > 18 {
 		return -1 // 18 digits always fit; net/http takes 19 below 2^63, rare enough to leave to it
 	}

@@ -421,3 +421,25 @@ func FuzzReadRequestFast(f *testing.F) {
 		checkRequestFast(t, data, limited) // a listener's max_headers_count below the default
 	})
 }
+
+// TestBlankLineIndex compares headEnd with bytes.Index on every string of up to
+// eight bytes of CR, LF and one other byte.
+func TestBlankLineIndex(t *testing.T) {
+	alphabet := []byte("\r\na")
+	var b []byte
+	var walk func(n int)
+	walk = func(n int) {
+		if got, want := headEnd(b), bytes.Index(b, []byte("\r\n\r\n")); got != want {
+			t.Fatalf("headEnd(%q) = %d, bytes.Index %d", b, got, want)
+		}
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			b = append(b, c)
+			walk(n - 1)
+			b = b[:len(b)-1]
+		}
+	}
+	walk(8)
+}

@@ -305,10 +305,16 @@ func (c *Conn) serve(base context.Context, req *http.Request, rw *Writer) (keep 
 	aborted := c.run(rw, req)
 	rw.stopRouteTimeout() // the handler is done: not during finish or the drain below
 	watch.stop()
-	if rw.hijacked {
-		return false
-	}
-	if aborted {
+	return c.reusable(rw, body, aborted)
+}
+
+// reusable finishes rw's response (its request served, aborted if the
+// handler aborted) and reports whether the connection can take another
+// request. (A function of its own: with these returns in serve, serve's
+// defers were not open-coded, two defer records per request.)
+func (c *Conn) reusable(rw *Writer, body *reqBody, aborted bool) bool {
+	watch := &rw.watch
+	if rw.hijacked || aborted {
 		return false
 	}
 	rw.finish()

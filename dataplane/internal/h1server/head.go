@@ -17,7 +17,7 @@ import (
 // header block.
 func (c *Conn) headerBuffered() bool {
 	b, _ := c.br.Peek(c.br.Buffered())
-	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
+	return h1.HeadEnd(b) >= 0
 }
 
 // source feeds the request reader: what detection buffered, a byte the

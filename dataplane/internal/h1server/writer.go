@@ -392,7 +392,11 @@ func (rw *Writer) commit(final bool) {
 	h := rw.Header()
 	rw.cl = -1
 	if v := h1.Get(h, "Content-Length"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		// (Plain digits, as the readers leave them, without ParseInt's
+		// code on every request; anything else as before.)
+		if n := h1.ParseLength(v); n >= 0 {
+			rw.cl = n
+		} else if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 			rw.cl = n
 		} else {
 			h.Del("Content-Length")
@@ -440,8 +444,15 @@ func (rw *Writer) commit(final bool) {
 	if text == "" {
 		text = "status code " + strconv.Itoa(rw.status)
 	}
-	_, _ = io.WriteString(bw, "HTTP/1.1 ")
-	_, _ = io.WriteString(bw, strconv.Itoa(rw.status))
+	_, _ = bw.WriteString("HTTP/1.1 ")
+	if s := rw.status; 100 <= s && s <= 999 {
+		// (Three digits without the number formatter's code.)
+		_ = bw.WriteByte(byte('0' + s/100))
+		_ = bw.WriteByte(byte('0' + s/10%10))
+		_ = bw.WriteByte(byte('0' + s%10))
+	} else {
+		_, _ = bw.WriteString(strconv.Itoa(s))
+	}
 	_ = bw.WriteByte(' ')
 	_, _ = io.WriteString(bw, text)
 	_, _ = io.WriteString(bw, "\r\n")
@@ -464,7 +475,7 @@ func (rw *Writer) commit(final bool) {
 
 // headerValue keeps a header value on one line.
 func headerValue(v string) string {
-	if strings.ContainsAny(v, "\r\n") {
+	if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 		return strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
 	}
 	return v
