@@ -358,7 +358,11 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1S
 		}
 		return nil, nothing, err
 	}
-	if writeRequestHead(pc.bw, req, body) {
+	target := ""
+	if down != nil {
+		target = down.scratch.ex.target
+	}
+	if writeRequestHead(pc.bw, req, body, target) {
 		_, _ = pc.bw.Write(body)
 	} else {
 		if body != nil {
@@ -638,7 +642,8 @@ func (e *upstreamProtocolError) Unwrap() error { return e.err }
 // written nothing, for a request it leaves to Request.Write: CONNECT, an
 // opaque URL, an invalid Host, a header name or value net/http would
 // have to clean (control characters, line breaks), a body not given.
-func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
+// target is the request's target as read, if known (h1.TargetOf).
+func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte, target string) bool {
 	host := req.Host
 	if host == "" && req.URL != nil {
 		host = req.URL.Host
@@ -660,7 +665,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte) bool {
 	}
 	_, _ = bw.WriteString(req.Method)
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(h1.RequestTarget(req))
+	_, _ = bw.WriteString(h1.TargetOf(req.URL, target))
 	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
 	_, _ = bw.WriteString(host)
 	_, _ = bw.WriteString("\r\n")

@@ -306,10 +306,17 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 		mk(http.MethodGet, "http://[fd00::1]:80/", nil),
 		mk(http.MethodPut, "http://echo/p%20q", nil),
 	}
+	// Each with no target known, the target as read, and one the URL no
+	// longer says (a rewritten path): the line is the URL's each time.
+	var targets []string
 	for _, req := range cases {
+		targets = append(targets, "", req.URL.RequestURI(), "/elsewhere?z=1")
+	}
+	for i, target := range targets {
+		req := cases[i/3]
 		var ours, theirs bytes.Buffer
 		bw := bufio.NewWriter(&ours)
-		if !writeRequestHead(bw, req, nil) {
+		if !writeRequestHead(bw, req, nil, target) {
 			t.Fatalf("%s %s: not taken", req.Method, req.URL)
 		}
 		bw.Flush()
@@ -341,7 +348,7 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 	for _, req := range []*http.Request{withBody, connect, closing, folded, nul} {
 		var buf bytes.Buffer
 		bw := bufio.NewWriter(&buf)
-		if writeRequestHead(bw, req, nil) || bw.Buffered() > 0 {
+		if writeRequestHead(bw, req, nil, "") || bw.Buffered() > 0 {
 			t.Errorf("%s %s (close %v): taken", req.Method, req.URL, req.Close)
 		}
 	}

@@ -60,6 +60,10 @@ type activeStream struct {
 	tried   []lb.HostID
 	grpc    bool
 	sw      *statusWriter // the downstream response
+	// target is the request target as read (proxy clears RequestURI, as
+	// net/http's transports want): the HTTP/1.1 pool writes it again
+	// while the URL says the same (h1.TargetOf).
+	target string
 	// h1 is the fast HTTP/1 server's stream of the request (nil for
 	// other servers): its writer (body state, 100 Continue, route timeout,
 	// upstream abort) and its connection's response store.
@@ -986,7 +990,7 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
 	if lg := w.s.access.Load(); !lg.Off() {
 		e := accesslog.Entry{
-			StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, h1.RequestTarget(req)), Protocol: req.Proto,
+			StartTime: start, Method: req.Method, Path: cmp.Or(ex.origPath, ex.requestTarget(req)), Protocol: req.Proto,
 			ResponseCode: code, Flags: ex.flags, BytesReceived: rx, BytesSent: sw.bytes.Load(), Duration: d,
 			UpstreamServiceTime: -1, ForwardedFor: h1.Get(req.Header, "X-Forwarded-For"), UserAgent: h1.Get(req.Header, "User-Agent"),
 			RequestID: h1.Get(req.Header, "X-Request-Id"), Authority: req.Host, UpstreamHost: ex.host,
@@ -1008,6 +1012,15 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 	k := stats.RequestKey{Service: serviceName(req.Host, info.dst), Cluster: ex.clusterName(), Protocol: proto, Code: code, Flags: ex.flags}
 	w.principals(&k, st.listeners[info.listener], info, ex.upMTLS, ex.upstreamPeer)
 	w.requestStats(ex.cluster, &k).Observe(d)
+}
+
+// requestTarget is req's target (h1.RequestTarget), the one read if
+// proxy has cleared RequestURI since.
+func (ex *activeStream) requestTarget(req *http.Request) string {
+	if ex.target != "" {
+		return h1.TargetOf(req.URL, ex.target)
+	}
+	return h1.RequestTarget(req)
 }
 
 func (ex *activeStream) clusterName() string {

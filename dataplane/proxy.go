@@ -41,7 +41,7 @@ func (w *worker) proxy(rw http.ResponseWriter, req *http.Request, ex *activeStre
 		req.Body = nil
 	}
 	req.Close = false
-	req.RequestURI = ""
+	ex.target, req.RequestURI = req.RequestURI, ""
 	req.URL.Scheme = "http"
 	req.URL.Host = "upstream" // route sets the host per attempt
 	h := req.Header

@@ -146,7 +146,7 @@ func (w *worker) endTrace(st *state, info connInfo, req *http.Request, sw *statu
 	}
 	path := ex.origPath
 	if path == "" {
-		path = h1.RequestTarget(req)
+		path = ex.requestTarget(req)
 	}
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]

@@ -377,8 +377,12 @@ func parseOriginForm(uri string, u *url.URL) bool {
 // RequestTarget is req.URL.RequestURI(): the target as read
 // (req.RequestURI) when it is one parseOriginForm takes and the URL still
 // says the same, without net/url's escaping pass; else RequestURI().
-func RequestTarget(req *http.Request) string {
-	u, t := req.URL, req.RequestURI
+func RequestTarget(req *http.Request) string { return TargetOf(req.URL, req.RequestURI) }
+
+// TargetOf is u.RequestURI(): t, a target as read, when u still says
+// the same (so t can come from anywhere: it is used only where it is
+// what RequestURI would build); else RequestURI().
+func TargetOf(u *url.URL, t string) string {
 	if u.Opaque == "" && u.RawPath == "" && len(t) > 0 && t[0] == '/' {
 		path, query, hasQuery := strings.Cut(t, "?")
 		if path == u.Path && query == u.RawQuery && hasQuery == (u.ForceQuery || u.RawQuery != "") && plainPath(path) {
