@@ -18,7 +18,7 @@
 # (*worker).serveRequest to the next, the first 10 are dropped and a line
 # counts when 80 % of the others touch it.
 #
-# Usage: bench/footprint.sh                 (the work tree; about 2 minutes)
+# Usage: bench/footprint.sh                 (the work tree; about a minute a build)
 #        MESHLET_BENCH_BASE=REV bench/footprint.sh   also git revision REV
 #        MESHLET_BENCH_KEEP=1 bench/footprint.sh     keeps the temporary folder
 # Rewrites the footprint section of bench/RESULTS.md. Installs valgrind
