@@ -118,6 +118,9 @@ func (s *h1Stream) Ended() { s.idle.stop() }
 // hold it, or what shares the stream's memory, after the request.
 func (s *h1Stream) Held() bool { return s.scratch.ex.ctxShared }
 
+// target is the request's target as read (activeStream.target).
+func (s *h1Stream) target() string { return s.scratch.ex.target }
+
 // HeaderLent reports whether the request itself (its header map) went to
 // a transport that may read it after the request (activeStream.headerLent).
 func (s *h1Stream) HeaderLent() bool { return s.scratch.ex.headerLent }

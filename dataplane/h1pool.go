@@ -360,7 +360,7 @@ func (p *h1Pool) roundTrip(pc *h1Conn, req *http.Request, body []byte, down *h1S
 	}
 	target := ""
 	if down != nil {
-		target = down.scratch.ex.target
+		target = down.target()
 	}
 	if writeRequestHead(pc.bw, req, body, target) {
 		_, _ = pc.bw.Write(body)

@@ -165,7 +165,7 @@ func (s *HeadScratch) get(n int) (http.Header, []string) {
 // there or the first line ends in a bare LF.
 func bufferedHead(br *bufio.Reader) (buf []byte, end, nl int, ok bool) {
 	buf, _ = br.Peek(br.Buffered())
-	if end = headEnd(buf); end < 0 {
+	if end = indexCRLFCRLF(buf); end < 0 {
 		return nil, 0, 0, false
 	}
 	nl = bytes.IndexByte(buf, '\n') // at most end+1
@@ -175,10 +175,10 @@ func bufferedHead(br *bufio.Reader) (buf []byte, end, nl int, ok bool) {
 	return buf, end, nl, true
 }
 
-// headEnd is bytes.Index(b, "\r\n\r\n"): every occurrence ends at an LF,
+// indexCRLFCRLF is bytes.Index(b, "\r\n\r\n"): every occurrence ends at an LF,
 // so the first is at the first LF that ends one. (IndexByte's code is the
 // request path's already; Index's would be its own, on every request.)
-func headEnd(b []byte) int {
+func indexCRLFCRLF(b []byte) int {
 	for from := 0; ; {
 		i := bytes.IndexByte(b[from:], '\n')
 		if i < 0 {

@@ -422,15 +422,15 @@ func FuzzReadRequestFast(f *testing.F) {
 	})
 }
 
-// TestBlankLineIndex compares headEnd with bytes.Index on every string of up to
+// TestBlankLineIndex compares indexCRLFCRLF with bytes.Index on every string of up to
 // eight bytes of CR, LF and one other byte.
 func TestBlankLineIndex(t *testing.T) {
 	alphabet := []byte("\r\na")
 	var b []byte
 	var walk func(n int)
 	walk = func(n int) {
-		if got, want := headEnd(b), bytes.Index(b, []byte("\r\n\r\n")); got != want {
-			t.Fatalf("headEnd(%q) = %d, bytes.Index %d", b, got, want)
+		if got, want := indexCRLFCRLF(b), bytes.Index(b, []byte("\r\n\r\n")); got != want {
+			t.Fatalf("indexCRLFCRLF(%q) = %d, bytes.Index %d", b, got, want)
 		}
 		if n == 0 {
 			return
