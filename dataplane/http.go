@@ -657,7 +657,9 @@ func (w *worker) route(req *http.Request, ex *activeStream) (*http.Response, err
 		if err == nil {
 			w.reportCode(c, h.Address, hc, resp.StatusCode)
 			ex.stats.CountCode(resp.StatusCode)
-			decision, backoff = rs.OnResponse(resp.StatusCode, h1.Get(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
+			if rs.ResponseMatters() { // (else No, whatever the response says)
+				decision, backoff = rs.OnResponse(resp.StatusCode, h1.Get(resp.Header, "X-Envoy-Ratelimited") != "", grpcStatusOf(resp), w.retryAllowed(c))
+			}
 			if decision != retry.Yes {
 				ex.noRetry(decision)
 				if attempt > 0 && decision == retry.No {

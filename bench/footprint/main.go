@@ -18,7 +18,8 @@
 // Prints one JSON object: the lines (64 bytes) and pages (4 KiB) of code
 // and of data per request, the code lines by package and by function,
 // and the data lines by region (the binary's sections by name, anything
-// else as anonymous memory: heap, stacks, the runtime's own).
+// else as anonymous memory: heap, stacks, the runtime's own) and by the
+// function that touches each first.
 package main
 
 import (
@@ -76,7 +77,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("footprint: -exclude: %v", err)
 	}
-	w, err := readWindows(bufio.NewReaderSize(os.Stdin, 1<<20), m, *per, *skip)
+	w, err := readWindows(bufio.NewReaderSize(os.Stdin, 1<<20), m, *per, *skip, syms.matching(ex))
 	if err != nil {
 		log.Fatalf("footprint: reading the trace: %v", err)
 	}
@@ -92,28 +93,43 @@ func main() {
 }
 
 // windows holds, for every line touched in a counted window, how many
-// windows touched it.
+// windows touched it; for a data line also, by the code line of the
+// instruction that touched it first in a window, in how many windows
+// that instruction was the first.
 type windows struct {
 	n          int
 	code, data map[uint64]int
+	firstBy    map[uint64]map[uint64]int
 }
 
 // readWindows reads a lackey trace: "I  addr,size" for an instruction
 // fetch, " L|S|M addr,size" for a load, store or modify; other lines
-// (valgrind's own) are skipped.
-func readWindows(r *bufio.Reader, marker uint64, per, skip int) (*windows, error) {
-	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}}
-	code, data := map[uint64]struct{}{}, map[uint64]struct{}{}
-	seen := -1 // windows started so far, less one
-	hits := 0  // marker fetches so far
+// (valgrind's own) are skipped, and so are the loads and stores of an
+// instruction dropped reports (one of an excluded function: the write
+// barrier of a collection still marking touches heap objects the
+// request does not).
+func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins uint64) bool) (*windows, error) {
+	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}}
+	code := map[uint64]struct{}{}
+	data := map[uint64]uint64{} // data line: the code line that touched it first
+	var ins uint64              // the code line of the last instruction fetched
+	drop := false               // its loads and stores are not counted
+	seen := -1                  // windows started so far, less one
+	hits := 0                   // marker fetches so far
 	end := func() {
 		if seen >= skip {
 			w.n++
 			for l := range code {
 				w.code[l]++
 			}
-			for l := range data {
+			for l, by := range data {
 				w.data[l]++
+				m := w.firstBy[l]
+				if m == nil {
+					m = map[uint64]int{}
+					w.firstBy[l] = m
+				}
+				m[by]++
 			}
 		}
 		clear(code)
@@ -131,7 +147,6 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int) (*windows, error
 		if !ok {
 			continue
 		}
-		set := data
 		if kind == 'I' {
 			if addr == marker {
 				if hits%per == 0 {
@@ -142,13 +157,17 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int) (*windows, error
 				}
 				hits++
 			}
-			set = code
+			ins, drop = addr>>lineShift, dropped(addr)
 		}
-		if seen < skip {
+		if seen < skip || kind != 'I' && drop {
 			continue
 		}
 		for l := addr >> lineShift; l <= (addr+size-1)>>lineShift; l++ {
-			set[l] = struct{}{}
+			if kind == 'I' {
+				code[l] = struct{}{}
+			} else if _, ok := data[l]; !ok {
+				data[l] = ins
+			}
 		}
 	}
 	return w, nil
@@ -242,6 +261,20 @@ func readBinary(bin string) (symbols, []*elf.Section, error) {
 	return s, secs, nil
 }
 
+// matching reports, with a cache, whether the function holding an
+// instruction's address matches ex.
+func (s symbols) matching(ex *regexp.Regexp) func(uint64) bool {
+	cache := map[uint64]bool{}
+	return func(a uint64) bool {
+		m, ok := cache[a]
+		if !ok {
+			m = ex.MatchString(s.at(a))
+			cache[a] = m
+		}
+		return m
+	}
+}
+
 // addr is the address of the function name.
 func (s symbols) addr(name string) (uint64, bool) {
 	for _, y := range s {
@@ -294,13 +327,17 @@ type result struct {
 	CodeByPkg    []count `json:"code_by_package"`
 	CodeByFunc   []count `json:"code_by_function"`
 	DataByRegion []count `json:"data_by_region"`
+	// DataByFunc names each data line by the function whose instruction
+	// touched it first in most windows (a stack frame's lines by the
+	// function that first writes them, often its caller's call).
+	DataByFunc []count `json:"data_by_function"`
 }
 
 // summarize keeps the lines touched in at least quorum of the windows.
 func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex *regexp.Regexp, top int) result {
 	r := result{Windows: w.n}
 	need := int(quorum*float64(w.n) + 0.999)
-	pkgs, funcs, regions := map[string]int{}, map[string]int{}, map[string]int{}
+	pkgs, funcs, regions, dfuncs := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	pages := map[uint64]bool{}
 	for l, n := range w.code {
 		if n < need {
@@ -324,12 +361,27 @@ func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex
 		r.DataLines++
 		pages[l>>(12-lineShift)] = true
 		regions[region(l<<lineShift, syms, secs)]++
+		dfuncs[syms.at(firstOf(w.firstBy[l])<<lineShift)]++
 	}
 	r.DataPages = len(pages)
 	r.CodeByPkg = rank(pkgs, 0)
 	r.CodeByFunc = rank(funcs, top)
 	r.DataByRegion = rank(regions, 0)
+	r.DataByFunc = rank(dfuncs, top)
 	return r
+}
+
+// firstOf is the code line that was first in the most windows (the lowest
+// of equals, so that a run prints the same).
+func firstOf(m map[uint64]int) uint64 {
+	var best uint64
+	n := 0
+	for l, c := range m {
+		if c > n || c == n && l < best {
+			best, n = l, c
+		}
+	}
+	return best
 }
 
 // region names where a data address lies: read-only data by the linker's

@@ -11,7 +11,7 @@ import (
 // window starts at the marker's fetch (0x1000); 0x2000 (a 4-byte
 // instruction crossing into the next line at 0x203e) and its store run in
 // every request, 0x3000 in one of three only, 0x9000 (an excluded
-// function) in all.
+// function) and its store (not counted either) in all.
 const trace = `==1== Lackey, an example Valgrind tool
 I  00001000,4
 I  00005000,2
@@ -25,23 +25,25 @@ I  0000203e,4
  S 7ff000010,8
  L 7ff000040,8
 I  00009000,3
+ S 7ff000080,8
 I  00001000,4
 I  0000203e,4
  M 7ff000010,8
 I  00009000,3
+ S 7ff000080,8
 I  00001000,4
 I  00002000,4
 `
 
 func TestWindows(t *testing.T) {
-	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 1, 1)
+	syms := symbols{{"main.marker", 0x1000, 4}, {"main.hot", 0x2000, 0x100}, {"main.rare", 0x3000, 1}, {"runtime.gcDrain", 0x9000, 3}}
+	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 1, 1, syms.matching(regexp.MustCompile(defaultExclude)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w.n != 3 { // the last window is cut short by the end, not counted
 		t.Fatalf("windows %d, want 3", w.n)
 	}
-	syms := symbols{{"main.marker", 0x1000, 4}, {"main.hot", 0x2000, 0x100}, {"main.rare", 0x3000, 1}, {"runtime.gcDrain", 0x9000, 3}}
 	r := summarize(w, syms, nil, 0.8, regexp.MustCompile(defaultExclude), 10)
 	// The marker's line, main.hot's two lines; main.rare (1 of 3) and
 	// runtime.gcDrain (excluded) are left out.
@@ -55,6 +57,10 @@ func TestWindows(t *testing.T) {
 	if r.DataLines != 1 || r.DataByRegion[0].Name != "anonymous (heap, stacks, runtime)" {
 		t.Errorf("data %+v", r)
 	}
+	// The store's line is first touched by main.hot's instruction.
+	if len(r.DataByFunc) != 1 || r.DataByFunc[0] != (count{"main.hot", 1}) {
+		t.Errorf("data by function %+v", r.DataByFunc)
+	}
 	if all := summarize(w, syms, nil, 0.3, regexp.MustCompile(defaultExclude), 10); all.CodeLines != 4 || all.DataLines != 2 {
 		t.Errorf("at a third of the windows: code %d, data %d; want 4, 2", all.CodeLines, all.DataLines)
 	}
@@ -63,13 +69,15 @@ func TestWindows(t *testing.T) {
 // TestWindowsPer counts two marker fetches as one window, as for a
 // marker run twice per request.
 func TestWindowsPer(t *testing.T) {
-	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 2, 0)
+	w, err := readWindows(bufio.NewReader(strings.NewReader(trace)), 0x1000, 2, 0, func(uint64) bool { return false })
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Five fetches: windows of fetches 1-2 and 3-4; the fifth's is cut short.
-	if w.n != 2 || w.code[0x3000>>lineShift] != 1 || w.code[0x5000>>lineShift] != 1 || w.code[0x9000>>lineShift] != 2 {
-		t.Fatalf("windows %d, lines %v", w.n, w.code)
+	// Five fetches: windows of fetches 1-2 and 3-4; the fifth's is cut
+	// short. Nothing is dropped: the store after 0x9000 counts, in the
+	// second window.
+	if w.n != 2 || w.code[0x3000>>lineShift] != 1 || w.code[0x5000>>lineShift] != 1 || w.code[0x9000>>lineShift] != 2 || w.data[0x7ff000080>>lineShift] != 1 {
+		t.Fatalf("windows %d, code lines %v, data lines %v", w.n, w.code, w.data)
 	}
 }
 
@@ -120,6 +128,23 @@ func TestAt(t *testing.T) {
 	for a, want := range map[uint64]string{0x50: "?", 0x100: "type:*", 0x1ff: "type:*", 0x200: "go:string.*", 0x900: "go:string.*"} {
 		if got := s.at(a); got != want {
 			t.Errorf("at(%#x) = %q, want %q", a, got, want)
+		}
+	}
+}
+
+// TestFirstOf names a data line by the instruction first in most
+// windows, the lower line of two as often first.
+func TestFirstOf(t *testing.T) {
+	for _, c := range []struct {
+		in   map[uint64]int
+		want uint64
+	}{
+		{map[uint64]int{7: 1, 3: 5, 9: 2}, 3},
+		{map[uint64]int{8: 2, 4: 2}, 4},
+		{map[uint64]int{5: 1}, 5},
+	} {
+		if got := firstOf(c.in); got != c.want {
+			t.Errorf("firstOf(%v) = %d, want %d", c.in, got, c.want)
 		}
 	}
 }

@@ -545,12 +545,39 @@ func (s *State) Init(p *Policy, rnd lb.Random) {
 		return
 	}
 	s.remaining = p.NumRetries
-	s.priorities.Init(p.RetryPriorityUpdateFrequency)
-	base := p.BaseInterval
-	if base <= 0 {
-		base = DefaultBaseInterval
+	if p.RetryPriorityUpdateFrequency > 0 {
+		s.priorities.Init(p.RetryPriorityUpdateFrequency)
 	}
-	s.backoff.init(base, p.MaxInterval, rnd)
+	// The back-off is set up by the first retry that waits (nextBackoff):
+	// most requests never retry.
+}
+
+// nextBackoff is the exponential back-off's next delay, set up from the
+// policy on first use.
+func (s *State) nextBackoff() time.Duration {
+	if s.backoff.base == 0 { // (init makes it at least 1 ms)
+		base := s.policy.BaseInterval
+		if base <= 0 {
+			base = DefaultBaseInterval
+		}
+		s.backoff.init(base, s.policy.MaxInterval, s.rnd)
+	}
+	return s.backoff.Next()
+}
+
+// responseConditions are the retry_on conditions a response can meet (the
+// others are met by resets only).
+const responseConditions = On5xx | OnGatewayError | OnEnvoyRateLimited | OnRetriable4xx | OnRetriableStatusCodes |
+	OnRetriableHeaders | OnGRPCCancelled | OnGRPCDeadlineExceeded | OnGRPCInternal | OnGRPCResourceExhausted | OnGRPCUnavailable
+
+// ResponseMatters reports whether OnResponse could decide anything but No
+// without a counter: the policy retries some response, or a retry was
+// granted, whose success the next response counts. When it could not, a
+// caller may skip OnResponse and reading its inputs from the response
+// (meshlet's default policy retries connect failures and refused streams
+// only).
+func (s *State) ResponseMatters() bool {
+	return s.holding || s.policy != nil && s.policy.RetryOn&responseConditions != 0
 }
 
 // OnResponse decides on a response with this status, x-envoy-ratelimited
@@ -631,7 +658,7 @@ func (s *State) decide(w wouldRetry, cbAllows bool, rateLimitReset time.Duration
 		return Yes, RateLimitedBackoff(rateLimitReset, s.rnd)
 	default:
 		s.stats |= StatBackoffExponential
-		return Yes, s.backoff.Next()
+		return Yes, s.nextBackoff()
 	}
 }
 

@@ -600,3 +600,53 @@ func TestRetryStateRetryPriority(t *testing.T) {
 		t.Errorf("after a P0 attempt: healthy load %v, want [0 100]", h)
 	}
 }
+
+// TestResponseMatters checks that a state ResponseMatters calls inert
+// decides No without a counter on every response, for every retry_on set,
+// and that it is not inert where a response can retry or a granted
+// retry's success is still to count.
+func TestResponseMatters(t *testing.T) {
+	statuses := []int{200, 409, 425, 429, 500, 503, 504}
+	inert := 0
+	for on := On(0); on < 1<<len(retryOnNames); on++ {
+		p := Policy{RetryOn: on, NumRetries: 2, RetriableStatusCodes: []uint32{200, 425, 429}}.WithDefaults()
+		var s State
+		s.Init(&p, retryFixedRandom(0))
+		if s.ResponseMatters() {
+			if on&responseConditions == 0 {
+				t.Fatalf("retry_on %q: ResponseMatters with no response condition", on)
+			}
+			continue
+		}
+		inert++
+		for _, st := range statuses {
+			for _, rl := range []bool{false, true} {
+				for _, g := range []int{-1, 0, 1, 4, 8, 13, 14} {
+					if WouldRetryOnResponse(&p, st, rl, g) {
+						t.Fatalf("retry_on %q: not ResponseMatters, but %d (ratelimited %v, grpc %d) would retry", on, st, rl, g)
+					}
+					if d, b := s.OnResponse(st, rl, g, true); d != No || b != 0 || s.LastStats() != 0 {
+						t.Fatalf("retry_on %q, %d: %v %v stats %b, want No", on, st, d, b, s.LastStats())
+					}
+				}
+			}
+		}
+	}
+	// Half of the sets have none of the eleven response conditions...
+	if want := 1 << (len(retryOnNames) - 11); inert != want {
+		t.Errorf("%d inert retry_on sets, want %d", inert, want)
+	}
+	// ...meshlet's default among them, until a retry is granted.
+	p := Policy{RetryOn: DefaultOn, NumRetries: 1}.WithDefaults()
+	var s State
+	s.Init(&p, retryFixedRandom(0))
+	if s.ResponseMatters() {
+		t.Error("the default policy: ResponseMatters before any retry")
+	}
+	if d, _ := s.OnReset(ResetConnectionFailure, false, true); d != Yes || !s.ResponseMatters() {
+		t.Errorf("after a granted retry (%v): ResponseMatters false", d)
+	}
+	if d, _ := s.OnResponse(200, false, -1, true); d != No || s.LastStats() != StatSuccess {
+		t.Errorf("the retry's response: %v stats %b, want No and retry_success", d, s.LastStats())
+	}
+}

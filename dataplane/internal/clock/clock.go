@@ -28,8 +28,9 @@ type Clock struct {
 	due     []*Alarm
 	timer   *time.Timer
 	running bool
-	next    time.Time // when the timer is due (while running)
-	last    time.Time // when the last alarm was set
+	// next is when the timer is due (while running), last when the last
+	// alarm was set, both as Elapsed: plain integers to add and compare.
+	next, last time.Duration
 }
 
 // Alarm is one deadline on a clock. It runs Fn, or else Target's
@@ -44,10 +45,10 @@ type Clock struct {
 // must tell its uses apart (one whose function may already be running
 // when it is stopped and set again).
 type Alarm struct {
-	when   time.Time // guarded by the clock's mu
-	listed bool      // in the clock's due list; guarded by its mu
-	Fn     func()    // what it runs, if set
-	Target Target    // else what it calls
+	when   time.Duration // as Elapsed; guarded by the clock's mu
+	listed bool          // in the clock's due list; guarded by its mu
+	Fn     func()        // what it runs, if set
+	Target Target        // else what it calls
 	// state is the generation (state >> 1) and whether it is on (bit 0).
 	state atomic.Uint64
 }
@@ -83,7 +84,12 @@ var epoch = time.Now()
 // from: more than 0, at most every. A periodic task whose period is a
 // multiple of Tick wakes then, with the clocks, instead of on its own.
 func Until(now time.Time, every time.Duration) time.Duration {
-	return every - now.Sub(epoch)%every
+	return untilAt(now.Sub(epoch), every)
+}
+
+// untilAt is Until for an instant given as Elapsed.
+func untilAt(elapsed, every time.Duration) time.Duration {
+	return every - elapsed%every
 }
 
 // Elapsed is the time since the process's clocks started counting: a
@@ -100,11 +106,11 @@ func (c *Clock) After(d time.Duration, fn func()) *Alarm {
 // Set arms a (its Fn or Target set, stopped or fired if set before) to
 // fire once d has passed; it returns the generation it started.
 func (c *Clock) Set(a *Alarm, d time.Duration) (gen uint64) {
-	now := time.Now()
+	now := Elapsed()
 	c.mu.Lock()
 	gen = a.state.Load()>>1 + 1
 	a.state.Store(gen<<1 | 1)
-	a.when = now.Add(d)
+	a.when = now + d
 	if !a.listed {
 		a.listed = true
 		c.due = append(c.due, a)
@@ -113,17 +119,17 @@ func (c *Clock) Set(a *Alarm, d time.Duration) (gen uint64) {
 	switch {
 	case !c.running:
 		c.running = true
-		wait := Until(now, Tick)
-		c.next = now.Add(wait)
+		wait := untilAt(now, Tick)
+		c.next = now + wait
 		if c.timer == nil {
 			c.timer = time.AfterFunc(wait, c.tick)
 		} else {
 			c.timer.Reset(wait)
 		}
-	case c.next.Sub(now) > Tick && a.when.Before(c.next):
+	case c.next-now > Tick && a.when < c.next:
 		// The clock sleeps until a far alarm (tick): this one is sooner.
-		wait := Until(now, Tick)
-		c.next = now.Add(wait)
+		wait := untilAt(now, Tick)
+		c.next = now + wait
 		c.timer.Reset(wait)
 	}
 	c.mu.Unlock()
@@ -141,7 +147,7 @@ type dueAlarm struct {
 }
 
 func (c *Clock) tick() {
-	now := time.Now()
+	now := Elapsed()
 	var fire []dueAlarm
 	c.mu.Lock()
 	keep := c.due[:0]
@@ -150,7 +156,7 @@ func (c *Clock) tick() {
 		switch {
 		case st&1 == 0:
 			a.listed = false
-		case !now.Before(a.when):
+		case now >= a.when:
 			a.listed = false
 			fire = append(fire, dueAlarm{a, st})
 		default:
@@ -160,26 +166,24 @@ func (c *Clock) tick() {
 	clear(c.due[len(keep):])
 	c.due = keep
 	switch {
-	case len(keep) == 0 && now.Sub(c.last) >= Linger:
+	case len(keep) == 0 && now-c.last >= Linger:
 		c.running = false
-	case now.Sub(c.last) >= Linger:
+	case now-c.last >= Linger:
 		// Only far alarms (a long stream's idle check): sleep until the
 		// tick of the earliest rather than wake every tick for it.
 		earliest := keep[0].when
 		for _, a := range keep[1:] {
-			if a.when.Before(earliest) {
-				earliest = a.when
-			}
+			earliest = min(earliest, a.when)
 		}
-		wait := Until(now, Tick)
-		if d := earliest.Sub(now); d > wait {
-			wait = d + Until(earliest, Tick)
+		wait := untilAt(now, Tick)
+		if d := earliest - now; d > wait {
+			wait = d + untilAt(earliest, Tick)
 		}
-		c.next = now.Add(wait)
+		c.next = now + wait
 		c.timer.Reset(wait)
 	default:
-		wait := Until(now, Tick)
-		c.next = now.Add(wait)
+		wait := untilAt(now, Tick)
+		c.next = now + wait
 		c.timer.Reset(wait)
 	}
 	c.mu.Unlock()
@@ -215,7 +219,7 @@ func (c *Clock) WithTimeout(ctx context.Context, d time.Duration, cause error) (
 func (c *Clock) NextWake() (next time.Time, running bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.next, c.running
+	return epoch.Add(c.next), c.running
 }
 
 // Timeout is a deadline error named what: it is a

@@ -214,6 +214,11 @@ type headerFacts struct {
 // valid value (folded lines, bare LF, spaces before the colon, control
 // characters), more than 100 lines, a Content-Length that is not plain
 // digits.
+//
+// Not inlined: the request's and the response's head then run one copy of
+// it, not two (at low load every copy is code fetched cold).
+//
+//go:noinline
 func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts, ok bool) {
 	// Lines end at LFs; one without its CR is declined, as Index(rest,
 	// "\r\n") would have left the LF in a value that then fails.
