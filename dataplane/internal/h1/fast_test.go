@@ -443,3 +443,28 @@ func TestBlankLineIndex(t *testing.T) {
 	}
 	walk(8)
 }
+
+// TestCountLF checks countLF against strings.Count on every string of
+// LFs and one other byte up to 7 bytes, at limits below, at and above
+// the count.
+func TestCountLF(t *testing.T) {
+	var b []byte
+	var walk func(n int)
+	walk = func(n int) {
+		want := strings.Count(string(b), "\n")
+		for limit := 0; limit <= 8; limit++ {
+			if got := countLF(string(b), limit); got != min(want, limit+1) {
+				t.Fatalf("countLF(%q, %d) = %d, want %d", b, limit, got, min(want, limit+1))
+			}
+		}
+		if n == 0 {
+			return
+		}
+		for _, c := range []byte("\na") {
+			b = append(b, c)
+			walk(n - 1)
+			b = b[:len(b)-1]
+		}
+	}
+	walk(7)
+}
