@@ -63,7 +63,7 @@ func ReadResponseFast(br *bufio.Reader, req *http.Request, st *RespStore) (resp 
 	if st != nil {
 		hs = st.Hdr
 	}
-	h, f, ok := parseHeaderLines(head[nl+1:], hs)
+	h, f, ok := parseHeaderLines(head[nl+1:], hs, false)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 1 {
 		return nil, false
 	}
@@ -213,9 +213,10 @@ type headerFacts struct {
 	lengths int   // Content-Length lines
 	te      bool  // Transfer-Encoding
 	trailer bool
-	pragma  bool // net/http may add Cache-Control for it
-	close   bool // Connection holds the token close
-	hosts   int  // Host lines
+	pragma  bool   // net/http may add Cache-Control for it
+	close   bool   // Connection holds the token close
+	hosts   int    // Host lines
+	host    string // the last Host line's value, a request's (not in its map)
 	// hop: a hop-by-hop header (hopByHop; Connection, which may name
 	// more) is there; without one forwarding has none to remove.
 	hop bool
@@ -228,13 +229,14 @@ type headerFacts struct {
 // readers leave to net/http: a line that is not a valid name, a colon and a
 // valid value (folded lines, bare LF, spaces before the colon, control
 // characters), more than 100 lines, a Content-Length that is not plain
-// digits.
+// digits. A request's Host lines (request true) go to f.host, not into the
+// map, as net/http moves Host to Request.Host.
 //
 // Not inlined: the request's and the response's head then run one copy of
 // it, not two (at low load every copy is code fetched cold).
 //
 //go:noinline
-func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts, ok bool) {
+func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header, f headerFacts, ok bool) {
 	// Lines end at LFs; one without its CR is declined, as Index(rest,
 	// "\r\n") would have left the LF in a value that then fails.
 	n := countLF(rest, 100)
@@ -271,6 +273,10 @@ func parseHeaderLines(rest string, s *HeadScratch) (h http.Header, f headerFacts
 			f.pragma = true
 		case "Host":
 			f.hosts++
+			if request {
+				f.host = v
+				continue
+			}
 		case "Content-Length":
 			f.lengths++
 			if f.length = ParseLength(v); f.length < 0 {
@@ -336,11 +342,11 @@ func ReadRequestFast(br *bufio.Reader, st *ReqStore) (req *http.Request, ok bool
 		countLF(head[nl+1:], st.MaxHeaders) > st.MaxHeaders {
 		return nil, false // (parseHeaderLines takes at most the default)
 	}
-	h, f, ok := parseHeaderLines(head[nl+1:], hs)
+	h, f, ok := parseHeaderLines(head[nl+1:], hs, true)
 	if !ok || f.te || f.trailer || f.pragma || f.lengths != 0 || f.hosts != 1 {
 		return nil, false
 	}
-	host := h["Host"][0]
+	host := f.host
 	if !validAuthority(host) {
 		return nil, false
 	}
@@ -357,7 +363,6 @@ func ReadRequestFast(br *bufio.Reader, st *ReqStore) (req *http.Request, ok bool
 		}
 		*u = *pu
 	}
-	delete(h, "Host")
 	_, _ = br.Discard(end + 4)
 	if st != nil && st.Blank != nil {
 		*req = *st.Blank

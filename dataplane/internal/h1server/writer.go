@@ -454,20 +454,20 @@ func (rw *Writer) commit(final bool) {
 		_, _ = bw.WriteString(strconv.Itoa(s))
 	}
 	_ = bw.WriteByte(' ')
-	_, _ = io.WriteString(bw, text)
-	_, _ = io.WriteString(bw, "\r\n")
+	_, _ = bw.WriteString(text)
+	_, _ = bw.WriteString("\r\n")
 	for k, vv := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
 		for _, v := range vv {
-			_, _ = io.WriteString(bw, k)
-			_, _ = io.WriteString(bw, ": ")
-			_, _ = io.WriteString(bw, headerValue(v))
-			_, _ = io.WriteString(bw, "\r\n")
+			_, _ = bw.WriteString(k)
+			_, _ = bw.WriteString(": ")
+			_, _ = bw.WriteString(headerValue(v))
+			_, _ = bw.WriteString("\r\n")
 		}
 	}
-	_, _ = io.WriteString(bw, "\r\n")
+	_, _ = bw.WriteString("\r\n")
 	buf := rw.buf
 	rw.buf = nil
 	_, _ = rw.writeBody(buf)
