@@ -232,7 +232,13 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	w.inflight.Add(1)
 	defer w.inflight.Add(-1)
 	start := time.Now()
-	info, _ := req.Context().Value(connInfoKey{}).(connInfo)
+	var info *connInfo
+	if hw != nil {
+		info = &hw.conn.info // the fast server's connection's: no context lookup
+	} else {
+		hs.info, _ = req.Context().Value(connInfoKey{}).(connInfo)
+		info = &hs.info
+	}
 	sw := &s.sw
 	sw.ResponseWriter = rw
 	cb := &s.cb
@@ -269,11 +275,11 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 			ex.stats.Inc(stats.UpstreamRqCompleted)
 		}
 		if ex.flags&respflag.SI != 0 {
-			w.s.countStreamIdleTimeout(st, info)
+			w.s.countStreamIdleTimeout(st, *info)
 		}
 		w.logHTTP(st, info, req, sw, cb.n.Load(), ex, start)
 		if info.h2 != nil && hs != nil {
-			w.endStream(st, info, hs.downstreamEnded(), sw.code != 0, time.Since(start))
+			w.endStream(st, *info, hs.downstreamEnded(), sw.code != 0, time.Since(start))
 		}
 		if r != nil {
 			panic(r) // net/http closes the connection without a log of its own
@@ -281,7 +287,7 @@ func (w *worker) serveRequest(rw http.ResponseWriter, req *http.Request, s *http
 	}()
 
 	ls := st.listeners[info.listener]
-	if ls != nil && ls.authz != nil && ls.authz.http != nil && !w.authorizeRequest(sw, req, ex, ls.authz.http, info) {
+	if ls != nil && ls.authz != nil && ls.authz.http != nil && !w.authorizeRequest(sw, req, ex, ls.authz.http, *info) {
 		return
 	}
 	var route *routeState
@@ -372,6 +378,7 @@ const detailStreamIdleTimeout = "stream_idle_timeout"
 type streamScratch struct {
 	httpScratch
 	ctx       context.Context // the request's
+	info      connInfo        // its connection's (the context's connInfoKey)
 	canceler  requestCanceler // ends ctx with a cause
 	derived   derivedCancel   // the canceler of a context derived for the request
 	down      streamAbort     // set if the server fires it (abortWatcher)
@@ -986,7 +993,7 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 }
 
 // logHTTP writes the access-log line and the request metrics.
-func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *activeStream, start time.Time) {
+func (w *worker) logHTTP(st *state, info *connInfo, req *http.Request, sw *statusWriter, rx uint64, ex *activeStream, start time.Time) {
 	end := time.Now()
 	d := end.Sub(start)
 	code := sw.code // 0: nothing was sent (a client gone first, DC)
@@ -1001,11 +1008,11 @@ func (w *worker) logHTTP(st *state, info connInfo, req *http.Request, sw *status
 			DownstreamPeer: info.peer, UpstreamPeer: ex.upstreamPeer, TraceID: ex.trace.logTraceID()})
 	}
 	if ex.trace.sampled {
-		w.endTrace(st, info, req, sw, rx, ex, start, end)
+		w.endTrace(st, *info, req, sw, rx, ex, start, end)
 	}
 	w.countZone(st, ex.cluster, ex.hostZone, rx, sw.bytes.Load(), info, false)
 	if ex.flags&respflag.DPE != 0 {
-		w.s.countProtocolError(st, info)
+		w.s.countProtocolError(st, *info)
 	}
 	proto := "http"
 	if ex.grpc {

@@ -9,7 +9,7 @@ import (
 // source_principal, destination_principal, connection_security_policy):
 // inbound, the mTLS peer and this sidecar; outbound, this sidecar and the
 // upstream's verified identity.
-func (w *worker) principals(k *stats.RequestKey, ls *listenerState, info connInfo, upMTLS bool, upstreamPeer string) {
+func (w *worker) principals(k *stats.RequestKey, ls *listenerState, info *connInfo, upMTLS bool, upstreamPeer string) {
 	self := ""
 	if w.s.opts.Identity != nil {
 		self = w.s.opts.Identity.Current().ID.String()

@@ -37,10 +37,10 @@ func (w *worker) proxyTCP(c net.Conn, st *state, ls *listenerState, info connInf
 		w.s.access.Load().Write(w.id, &e, logsink.Extra{Details: details, Failure: failure, Cluster: clusterName,
 			DownstreamPeer: info.peer, UpstreamPeer: upstreamPeer})
 		k := stats.RequestKey{Service: serviceName("", info.dst), Cluster: clusterName, Protocol: "tcp", Flags: e.Flags}
-		w.principals(&k, ls, info, upMTLS, upstreamPeer)
+		w.principals(&k, ls, &info, upMTLS, upstreamPeer)
 		w.requestStats(nil, &k).Observe(e.Duration)
 		if hostZone != "" {
-			w.countZone(st, cl, hostZone, rx, tx, info, true)
+			w.countZone(st, cl, hostZone, rx, tx, &info, true)
 		}
 	}()
 	if ls.authz != nil && ls.authz.network != nil {

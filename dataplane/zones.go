@@ -24,7 +24,7 @@ type zoneCounters struct {
 // downstream, sent on; tx bytes back) by the zone pair of its last
 // upstream host. Only where both zones are known: the sidecar's node
 // locality and the endpoint's (passthrough destinations have none).
-func (w *worker) countZone(st *state, c *cluster, dstZone string, rx, tx uint64, info connInfo, tcp bool) {
+func (w *worker) countZone(st *state, c *cluster, dstZone string, rx, tx uint64, info *connInfo, tcp bool) {
 	src := st.cfg.Node.Locality.Zone
 	if c == nil || src == "" || dstZone == "" {
 		return
