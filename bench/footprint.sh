@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What one HTTP/1.1 request through the sidecar touches: the distinct
-# cache lines (64 bytes) of code and of data, from valgrind's lackey
+# cache lines (64 bytes) of code and of data, and the distinct transfers
+# of control (taken branches, calls, returns), from valgrind's lackey
 # trace of every instruction fetch, load and store (bench/footprint).
 # At low load each wake-up finds the caches cold, so this is what a
 # request's CPU follows there; unlike CPU time it does not depend on what
@@ -135,11 +136,13 @@ print("One HTTP/1.1 GET through the sidecar (proxy.sh's static config, one worke
 print("connection, traced by valgrind's lackey; a line (64 bytes) counts when 80 % of the requests")
 print("after the first 10 touch it (garbage collection and preemption, which a program slowed")
 print("a hundredfold does all the time, left out; `bench/footprint.sh` says why and how).\n")
-print("| build | requests | code lines (KiB) | code pages | data lines (KiB) | data pages |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| build | requests | code lines (KiB) | code pages | jumps | data lines (KiB) | data pages |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for n in names:
     x = r[n]
-    print(f"| {n} | {x['windows']} | {x['code_lines']} ({x['code_lines'] * 64 / 1024:.1f}) | {x['code_pages']} | {x['data_lines']} ({x['data_lines'] * 64 / 1024:.1f}) | {x['data_pages']} |")
+    print(f"| {n} | {x['windows']} | {x['code_lines']} ({x['code_lines'] * 64 / 1024:.1f}) | {x['code_pages']} | {x['jumps']} | {x['data_lines']} ({x['data_lines'] * 64 / 1024:.1f}) | {x['data_pages']} |")
+print("\n(jumps: the distinct transfers of control, taken branches, calls and returns, each an entry")
+print("of the branch predictors, which a wake-up at low load finds cold.)")
 m = r[names[0]]
 print(f"\nCode lines of `{names[0]}` by package (the first 15):\n")
 print("| package | lines |\n|---|---:|")

@@ -100,7 +100,15 @@ type windows struct {
 	n          int
 	code, data map[uint64]int
 	firstBy    map[uint64]map[uint64]int
+	// jumps counts, for every transfer (a fetch that does not follow the
+	// one before it: a taken branch, call or return), the windows it is
+	// made in.
+	jumps map[jump]int
 }
+
+// jump is a transfer of control from the instruction at from to the one
+// at to.
+type jump struct{ from, to uint64 }
 
 // readWindows reads a lackey trace: "I  addr,size" for an instruction
 // fetch, " L|S|M addr,size" for a load, store or modify; other lines
@@ -109,8 +117,10 @@ type windows struct {
 // barrier of a collection still marking touches heap objects the
 // request does not).
 func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins uint64) bool) (*windows, error) {
-	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}}
+	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}, jumps: map[jump]int{}}
 	code := map[uint64]struct{}{}
+	jumps := map[jump]struct{}{}
+	var last, next uint64       // the last instruction fetched and the address after it
 	data := map[uint64]uint64{} // data line: the code line that touched it first
 	var ins uint64              // the code line of the last instruction fetched
 	drop := false               // its loads and stores are not counted
@@ -121,6 +131,9 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 			w.n++
 			for l := range code {
 				w.code[l]++
+			}
+			for j := range jumps {
+				w.jumps[j]++
 			}
 			for l, by := range data {
 				w.data[l]++
@@ -134,6 +147,7 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 		}
 		clear(code)
 		clear(data)
+		clear(jumps)
 	}
 	for {
 		line, err := r.ReadSlice('\n')
@@ -158,6 +172,10 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 				hits++
 			}
 			ins, drop = addr>>lineShift, dropped(addr)
+			if seen >= skip && addr != next && last != 0 && !drop {
+				jumps[jump{last, addr}] = struct{}{}
+			}
+			last, next = addr, addr+size
 		}
 		if seen < skip || kind != 'I' && drop {
 			continue
@@ -319,9 +337,13 @@ type count struct {
 
 // result is what footprint prints.
 type result struct {
-	Windows      int     `json:"windows"`
-	CodeLines    int     `json:"code_lines"`
-	CodePages    int     `json:"code_pages"`
+	Windows   int `json:"windows"`
+	CodeLines int `json:"code_lines"`
+	CodePages int `json:"code_pages"`
+	// Jumps are the distinct transfers of control (taken branches, calls,
+	// returns) into code not excluded: each a branch predictor entry,
+	// cold at a wake-up.
+	Jumps        int     `json:"jumps"`
 	DataLines    int     `json:"data_lines"`
 	DataPages    int     `json:"data_pages"`
 	CodeByPkg    []count `json:"code_by_package"`
@@ -354,6 +376,11 @@ func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex
 	}
 	r.CodePages = len(pages)
 	clear(pages)
+	for j, n := range w.jumps {
+		if n >= need && !ex.MatchString(syms.at(j.to)) {
+			r.Jumps++
+		}
+	}
 	for l, n := range w.data {
 		if n < need {
 			continue

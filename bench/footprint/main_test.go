@@ -61,8 +61,15 @@ func TestWindows(t *testing.T) {
 	if len(r.DataByFunc) != 1 || r.DataByFunc[0] != (count{"main.hot", 1}) {
 		t.Errorf("data by function %+v", r.DataByFunc)
 	}
-	if all := summarize(w, syms, nil, 0.3, regexp.MustCompile(defaultExclude), 10); all.CodeLines != 4 || all.DataLines != 2 {
-		t.Errorf("at a third of the windows: code %d, data %d; want 4, 2", all.CodeLines, all.DataLines)
+	// The one transfer in every window: the marker to main.hot.
+	if r.Jumps != 1 {
+		t.Errorf("jumps %d, want 1", r.Jumps)
+	}
+	// At a third: also into the marker (from the warm-up's last fetch and
+	// from the excluded function) and to main.rare; none into the excluded
+	// function counts.
+	if all := summarize(w, syms, nil, 0.3, regexp.MustCompile(defaultExclude), 10); all.CodeLines != 4 || all.DataLines != 2 || all.Jumps != 4 {
+		t.Errorf("at a third of the windows: code %d, data %d, jumps %d; want 4, 2, 4", all.CodeLines, all.DataLines, all.Jumps)
 	}
 }
 
