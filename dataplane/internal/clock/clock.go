@@ -5,6 +5,7 @@ package clock
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,16 @@ func Until(now time.Time, every time.Duration) time.Duration {
 	return untilAt(now.Sub(epoch), every)
 }
 
+// later is t+d, saturated at the largest Duration: an alarm a route sets
+// for hundreds of years (protobuf's largest duration) must not wrap into
+// the past, as time.Time's Add would not.
+func later(t, d time.Duration) time.Duration {
+	if d > math.MaxInt64-t {
+		return math.MaxInt64
+	}
+	return t + d
+}
+
 // untilAt is Until for an instant given as Elapsed.
 func untilAt(elapsed, every time.Duration) time.Duration {
 	return every - elapsed%every
@@ -110,7 +121,7 @@ func (c *Clock) Set(a *Alarm, d time.Duration) (gen uint64) {
 	c.mu.Lock()
 	gen = a.state.Load()>>1 + 1
 	a.state.Store(gen<<1 | 1)
-	a.when = now + d
+	a.when = later(now, d)
 	if !a.listed {
 		a.listed = true
 		c.due = append(c.due, a)
@@ -177,7 +188,7 @@ func (c *Clock) tick() {
 		}
 		wait := untilAt(now, Tick)
 		if d := earliest - now; d > wait {
-			wait = d + untilAt(earliest, Tick)
+			wait = later(d, untilAt(earliest, Tick))
 		}
 		c.next = now + wait
 		c.timer.Reset(wait)

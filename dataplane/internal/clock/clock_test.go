@@ -3,6 +3,7 @@ package clock
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -191,4 +192,30 @@ func TestClockAlarmSetAgain(t *testing.T) {
 func isNetTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestClockFarAlarm sets alarms at the largest durations (a route
+// timeout of protobuf's largest duration saturates to it): they must not
+// wrap into the past and fire, on a tick or once only far alarms are
+// left and the clock sleeps until the earliest.
+func TestClockFarAlarm(t *testing.T) {
+	var c Clock
+	var fired atomic.Int32
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - Tick, math.MaxInt64 / 2} {
+		c.After(d, func() { fired.Add(1) })
+	}
+	c.tick()
+	c.mu.Lock()
+	c.last -= 2 * Linger // long since an alarm was set: the far-alarm sleep
+	c.mu.Unlock()
+	c.tick()
+	c.mu.Lock()
+	next, now := c.next, Elapsed()
+	c.mu.Unlock()
+	if n := fired.Load(); n != 0 {
+		t.Fatalf("%d far alarms fired", n)
+	}
+	if next <= now {
+		t.Errorf("the clock's next wake %v is not after now %v", next, now)
+	}
 }
