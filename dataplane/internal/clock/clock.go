@@ -190,7 +190,7 @@ func (c *Clock) tick() {
 		if d := earliest - now; d > wait {
 			wait = later(d, untilAt(earliest, Tick))
 		}
-		c.next = now + wait
+		c.next = later(now, wait)
 		c.timer.Reset(wait)
 	default:
 		wait := untilAt(now, Tick)

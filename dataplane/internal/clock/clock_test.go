@@ -199,23 +199,31 @@ func isNetTimeout(err error) bool {
 // wrap into the past and fire, on a tick or once only far alarms are
 // left and the clock sleeps until the earliest.
 func TestClockFarAlarm(t *testing.T) {
-	var c Clock
-	var fired atomic.Int32
-	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - Tick, math.MaxInt64 / 2} {
-		c.After(d, func() { fired.Add(1) })
-	}
-	c.tick()
-	c.mu.Lock()
-	c.last -= 2 * Linger // long since an alarm was set: the far-alarm sleep
-	c.mu.Unlock()
-	c.tick()
-	c.mu.Lock()
-	next, now := c.next, Elapsed()
-	c.mu.Unlock()
-	if n := fired.Load(); n != 0 {
-		t.Fatalf("%d far alarms fired", n)
-	}
-	if next <= now {
-		t.Errorf("the clock's next wake %v is not after now %v", next, now)
+	for _, ds := range [][]time.Duration{
+		{math.MaxInt64, math.MaxInt64 - Tick, math.MaxInt64 / 2},
+		{math.MaxInt64}, // the sleep until it saturates too
+	} {
+		var c Clock
+		var fired atomic.Int32
+		for _, d := range ds {
+			c.After(d, func() { fired.Add(1) })
+		}
+		c.tick()
+		c.mu.Lock()
+		c.last -= 2 * Linger // long since an alarm was set: the far-alarm sleep
+		c.mu.Unlock()
+		c.tick()
+		c.mu.Lock()
+		next, now := c.next, Elapsed()
+		c.mu.Unlock()
+		if n := fired.Load(); n != 0 {
+			t.Fatalf("alarms %v: %d fired", ds, n)
+		}
+		if next <= now {
+			t.Errorf("alarms %v: the clock's next wake %v is not after now %v", ds, next, now)
+		}
+		c.mu.Lock()
+		c.timer.Stop()
+		c.mu.Unlock()
 	}
 }

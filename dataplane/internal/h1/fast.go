@@ -239,8 +239,8 @@ type headerFacts struct {
 func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header, f headerFacts, ok bool) {
 	// Lines end at LFs; one without its CR is declined, as Index(rest,
 	// "\r\n") would have left the LF in a value that then fails.
-	n := countLF(rest, 100)
-	if n > 100 {
+	n := countLF(rest, config.DefaultMaxHeadersCount)
+	if n > config.DefaultMaxHeadersCount {
 		return nil, f, false
 	}
 	h, vals := s.get(n)
