@@ -15,6 +15,11 @@
 # Usage: bench/pair.sh   (3 alternating rounds, about 5 minutes;
 #                         MESHLET_BENCH_ROUNDS=N, MESHLET_BENCH_DURATION=10s,
 #                         MESHLET_BENCH_KEEP=1 keeps the temporary folder)
+#        MESHLET_BENCH_SPLIT=1 bench/pair.sh: instead, where each pair's
+#                         latency goes, proxy by proxy and direction by
+#                         direction (bench/pairsplit.py, from a capture of
+#                         loopback; needs tcpdump and tshark, installed if
+#                         missing); prints a table, leaves RESULTS.md alone
 #
 # Installs what is missing: apt packages haproxy and openssl, and fortio
 # v1.68.2 into ${MESHLET_CACHE:-$HOME/.cache/meshlet}/bin. Every proxy runs
@@ -52,6 +57,10 @@ die() { log "error: $*"; exit 1; }
 need_apt=()
 command -v haproxy >/dev/null || need_apt+=(haproxy)
 command -v openssl >/dev/null || need_apt+=(openssl)
+if [ -n "${MESHLET_BENCH_SPLIT:-}" ]; then
+  command -v tcpdump >/dev/null || need_apt+=(tcpdump)
+  command -v tshark >/dev/null || need_apt+=(tshark)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   apt-get update -qq
@@ -258,7 +267,11 @@ measure() {
   log "$name: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f qps, codes %s" % (d["ActualQPS"], d["RetCodes"]))' "$tmp/$name.json")"
 }
 
-start upstream "$tmp/upstream" -addr "$UP"
+if [ -n "${MESHLET_BENCH_SPLIT:-}" ]; then
+  start upstream "$tmp/upstream" -addr "$UP" -echo-request-id
+else
+  start upstream "$tmp/upstream" -addr "$UP"
+fi
 wait_http "http://$UP/" || die "upstream did not start"
 
 bench_meshlet() { # bench_meshlet ROUND NAME SERVER_CONFIG
@@ -283,6 +296,82 @@ bench_haproxy() { # bench_haproxy ROUND NAME SERVER_CFG
   stop "$cli" "$srv"
 }
 
+# ---------------------------------------------------------------- split
+# One capture per pair and round, from before the proxies start (the mesh
+# hop's TLS handshake must be in it), then bench/pairsplit.py: the meshlet
+# pair's mesh hop decrypted with its client's key log (a sidecar built
+# with -tags meshlet_keylog), haproxy's told apart by its connections; the
+# client haproxy sets the X-Request-Id meshlet's client sidecar makes.
+split_run() { # split_run ROUND PAIR
+  local name=$2@$1 front mid srv cli cap since keylog=()
+  log "$name, captured"
+  if [ "$2" = meshlet ]; then front=18201 mid=18202; else front=18211 mid=18212; fi
+  tcpdump -i lo -n -s 0 -B 16384 -w "$tmp/$name.pcap" "tcp and (port $front or port $mid or port 18080)" >"$tmp/$name.tcpdump" 2>&1 &
+  cap=$!
+  pids+=("$cap")
+  local i
+  for i in $(seq 100); do # until tcpdump says it listens
+    grep -q listening "$tmp/$name.tcpdump" && break
+    kill -0 "$cap" 2>/dev/null || die "tcpdump failed: $(cat "$tmp/$name.tcpdump")"
+    sleep 0.05
+  done
+  if [ "$2" = meshlet ]; then
+    rm -f "$tmp/keys.log"
+    start "$name-server" "$tmp/sidecar-keylog" run -config "$tmp/meshlet-server.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-server"
+    srv=$started
+    start "$name-client" env MESHLET_TLS_KEYLOG="$tmp/keys.log" "$tmp/sidecar-keylog" run -config "$tmp/meshlet-client.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-client"
+    cli=$started
+    wait_http "http://127.0.0.1:18296/ready" || die "$name: the server sidecar is not ready"
+    wait_http "http://127.0.0.1:18291/ready" || die "$name: the client sidecar is not ready"
+    keylog=(--keylog "$tmp/keys.log")
+  else
+    start "$name-server" haproxy -db -f "$tmp/haproxy-server.cfg"
+    srv=$started
+    start "$name-client" haproxy -db -f "$tmp/haproxy-client-id.cfg"
+    cli=$started
+  fi
+  wait_http "http://127.0.0.1:$front/" || die "$name: the pair does not answer"
+  "$fortio" load -quiet -c 8 -qps 1000 -t 2s "http://127.0.0.1:$front/" >/dev/null 2>&1 || true
+  since=$(date +%s.%N)
+  "$fortio" load -quiet -c 8 -qps 1000 -uniform -t "$DURATION" "http://127.0.0.1:$front/" >"$tmp/$name.log" 2>&1 || die "fortio $name failed"
+  stop "$cli" "$srv"
+  kill -INT "$cap"
+  stop "$cap"
+  python3 bench/pairsplit.py "$tmp/$name.pcap" "$front" "$mid" --since "$since" "${keylog[@]}" >"$tmp/split-$name.json" ||
+    die "pairsplit.py $name failed"
+  rm -f "$tmp/$name.pcap"
+}
+if [ -n "${MESHLET_BENCH_SPLIT:-}" ]; then
+  CGO_ENABLED=0 go build -trimpath -tags grpcnotrace,meshlet_keylog -o "$tmp/sidecar-keylog" ./cmd/sidecar
+  sed 's|^    default_backend server|    http-request set-header X-Request-ID %[uuid]\n    default_backend server|' \
+    "$tmp/haproxy-client.cfg" >"$tmp/haproxy-client-id.cfg"
+  grep -q X-Request-ID "$tmp/haproxy-client-id.cfg" || die "the client haproxy's config has no X-Request-ID rule"
+  for round in $(seq "$ROUNDS"); do
+    split_run "$round" meshlet
+    split_run "$round" haproxy
+  done
+  python3 - "$tmp" "$ROUNDS" <<'PY'
+import json, os, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+segs = [("client_request", "client proxy, request"), ("server_request", "server proxy, request"),
+        ("server_response", "server proxy, answer"), ("client_response", "client proxy, answer"),
+        ("client", "client proxy, both ways"), ("server", "server proxy, both ways"),
+        ("proxies", "both proxies"), ("upstream", "upstream (not a proxy's)")]
+runs = {p: [json.load(open(os.path.join(tmp, f"split-{p}@{r}.json"))) for r in range(1, rounds + 1)] for p in ("meshlet", "haproxy")}
+for p, rs in runs.items():
+    print(f"{p}: requests followed per round " + ", ".join(f"{r['split']} of {r['requests']}" for r in rs))
+    if any(r["split"] < r["requests"] / 2 for r in rs):
+        sys.exit(f"pair.sh: fewer than half of the {p} pair's requests were followed (is the mesh hop decrypted?)")
+print()
+print("| segment (µs, median over rounds) | meshlet p50 | haproxy p50 | meshlet p90 | haproxy p90 | meshlet p99 | haproxy p99 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+med = lambda rs, k, q: statistics.median(r[k][q] for r in rs)
+for k, label in segs:
+    cells = [f"{med(runs[p], k, q):.0f}" for q in ("50", "90", "99") for p in ("meshlet", "haproxy")]
+    print(f"| {label} | " + " | ".join(cells) + " |")
+PY
+  exit 0
+fi
 for round in $(seq "$ROUNDS"); do
   log "plain, round $round"
   measure "plain@$round" "http://$UP/"

@@ -126,7 +126,8 @@ func ClientConfig(store *Store, opts ClientOptions) (*tls.Config, error) {
 		now = time.Now
 	}
 	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
+		MinVersion:   tls.VersionTLS13,
+		KeyLogWriter: keyLogWriter(),
 		// Hostname and web-PKI verification do not apply between sidecars;
 		// VerifyConnection checks the SPIFFE ID against the current bundle.
 		InsecureSkipVerify: true,

@@ -16,6 +16,7 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:18080", "listen address")
 	size := flag.Int("size", 1024, "response body size in bytes")
+	echoID := flag.Bool("echo-request-id", false, "answer a request's X-Request-Id as X-Echo-Id (bench/pairsplit.py follows requests by it)")
 	flag.Parse()
 
 	body := bytes.Repeat([]byte("x"), *size)
@@ -24,6 +25,9 @@ func main() {
 		hdr := w.Header()
 		hdr["Content-Type"] = []string{"text/plain"}
 		hdr["Content-Length"] = []string{length}
+		if id := r.Header["X-Request-Id"]; *echoID && len(id) == 1 {
+			hdr["X-Echo-Id"] = id
+		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)
 	})
