@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What one HTTP/1.1 request through the sidecar touches: the distinct
-# cache lines (64 bytes) of code and of data, and the distinct transfers
-# of control (taken branches, calls, returns), from valgrind's lackey
+# What one HTTP/1.1 request through the sidecar touches: the instructions
+# it executes, the distinct cache lines (64 bytes) of code and of data,
+# and the distinct transfers of control (taken branches, calls, returns),
+# from valgrind's lackey
 # trace of every instruction fetch, load and store (bench/footprint).
 # At low load each wake-up finds the caches cold, so this is what a
 # request's CPU follows there; unlike CPU time it does not depend on what
@@ -136,14 +137,22 @@ print("One HTTP/1.1 GET through the sidecar (proxy.sh's static config, one worke
 print("connection, traced by valgrind's lackey; a line (64 bytes) counts when 80 % of the requests")
 print("after the first 10 touch it (garbage collection and preemption, which a program slowed")
 print("a hundredfold does all the time, left out; `bench/footprint.sh` says why and how).\n")
-print("| build | requests | code lines (KiB) | code pages | jumps | data lines (KiB) | data pages |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| build | requests | instructions | code lines (KiB) | code pages | jumps | data lines (KiB) | data pages |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for n in names:
     x = r[n]
-    print(f"| {n} | {x['windows']} | {x['code_lines']} ({x['code_lines'] * 64 / 1024:.1f}) | {x['code_pages']} | {x['jumps']} | {x['data_lines']} ({x['data_lines'] * 64 / 1024:.1f}) | {x['data_pages']} |")
-print("\n(jumps: the distinct transfers of control, taken branches, calls and returns, each an entry")
-print("of the branch predictors, which a wake-up at low load finds cold.)")
+    print(f"| {n} | {x['windows']} | {x['instructions']:,} | {x['code_lines']} ({x['code_lines'] * 64 / 1024:.1f}) | {x['code_pages']} | {x['jumps']} | {x['data_lines']} ({x['data_lines'] * 64 / 1024:.1f}) | {x['data_pages']} |")
+print("\n(instructions: executed in the median request, the work it takes at any load; jumps: the")
+print("distinct transfers of control, taken branches, calls and returns, each an entry of the")
+print("branch predictors, which a wake-up at low load finds cold.)")
 m = r[names[0]]
+print(f"\nInstructions of `{names[0]}`'s mean request by package (the first 15) and by function (the first 20):\n")
+print("| package | instructions |\n|---|---:|")
+for c in m["instructions_by_package"][:15]:
+    print(f"| {short(c['name'])} | {c['lines']:,} |")
+print("\n| function | instructions |\n|---|---:|")
+for c in m["instructions_by_function"][:20]:
+    print(f"| `{short(c['name'])}` | {c['lines']:,} |")
 print(f"\nCode lines of `{names[0]}` by package (the first 15):\n")
 print("| package | lines |\n|---|---:|")
 for c in m["code_by_package"][:15]:

@@ -104,6 +104,11 @@ type windows struct {
 	// one before it: a taken branch, call or return), the windows it is
 	// made in.
 	jumps map[jump]int
+	// insns is each counted window's instruction count (fetches outside
+	// the excluded functions), fetches the instructions fetched from each
+	// code line over all counted windows.
+	insns   []int
+	fetches map[uint64]int
 }
 
 // jump is a transfer of control from the instruction at from to the one
@@ -117,7 +122,8 @@ type jump struct{ from, to uint64 }
 // barrier of a collection still marking touches heap objects the
 // request does not).
 func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins uint64) bool) (*windows, error) {
-	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}, jumps: map[jump]int{}}
+	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}, jumps: map[jump]int{}, fetches: map[uint64]int{}}
+	fetches := map[uint64]int{} // this window's
 	code := map[uint64]struct{}{}
 	jumps := map[jump]struct{}{}
 	var last, next uint64       // the last instruction fetched and the address after it
@@ -126,9 +132,14 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 	drop := false               // its loads and stores are not counted
 	seen := -1                  // windows started so far, less one
 	hits := 0                   // marker fetches so far
+	insns := 0                  // instructions fetched in this window
 	end := func() {
 		if seen >= skip {
 			w.n++
+			w.insns = append(w.insns, insns)
+			for l, n := range fetches {
+				w.fetches[l] += n
+			}
 			for l := range code {
 				w.code[l]++
 			}
@@ -148,6 +159,8 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 		clear(code)
 		clear(data)
 		clear(jumps)
+		clear(fetches)
+		insns = 0
 	}
 	for {
 		line, err := r.ReadSlice('\n')
@@ -172,8 +185,12 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 				hits++
 			}
 			ins, drop = addr>>lineShift, dropped(addr)
-			if seen >= skip && addr != next && last != 0 && !drop {
-				jumps[jump{last, addr}] = struct{}{}
+			if seen >= skip && !drop {
+				insns++
+				fetches[addr>>lineShift]++
+				if addr != next && last != 0 {
+					jumps[jump{last, addr}] = struct{}{}
+				}
 			}
 			last, next = addr, addr+size
 		}
@@ -343,7 +360,15 @@ type result struct {
 	// Jumps are the distinct transfers of control (taken branches, calls,
 	// returns) into code not excluded: each a branch predictor entry,
 	// cold at a wake-up.
-	Jumps        int     `json:"jumps"`
+	Jumps int `json:"jumps"`
+	// Instructions is the median window's count of instructions executed
+	// outside the excluded functions: the work a request takes, at any
+	// load, where the lines count what a cold wake-up must fetch.
+	Instructions int `json:"instructions"`
+	// InsnsByPkg and InsnsByFunc share the instructions out (the mean
+	// window's, in Lines) by package and function.
+	InsnsByPkg   []count `json:"instructions_by_package"`
+	InsnsByFunc  []count `json:"instructions_by_function"`
 	DataLines    int     `json:"data_lines"`
 	DataPages    int     `json:"data_pages"`
 	CodeByPkg    []count `json:"code_by_package"`
@@ -358,6 +383,9 @@ type result struct {
 // summarize keeps the lines touched in at least quorum of the windows.
 func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex *regexp.Regexp, top int) result {
 	r := result{Windows: w.n}
+	if len(w.insns) > 0 {
+		r.Instructions = slices.Sorted(slices.Values(w.insns))[len(w.insns)/2]
+	}
 	need := int(quorum*float64(w.n) + 0.999)
 	pkgs, funcs, regions, dfuncs := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	pages := map[uint64]bool{}
@@ -391,6 +419,19 @@ func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex
 		dfuncs[syms.at(firstOf(w.firstBy[l])<<lineShift)]++
 	}
 	r.DataPages = len(pages)
+	ipkgs, ifuncs := map[string]int{}, map[string]int{}
+	for l, n := range w.fetches {
+		fn := syms.at(l << lineShift)
+		ipkgs[pkgOf(fn)] += n
+		ifuncs[fn] += n
+	}
+	for _, m := range []map[string]int{ipkgs, ifuncs} {
+		for k, n := range m {
+			m[k] = (n + w.n/2) / w.n
+		}
+	}
+	r.InsnsByPkg = rank(ipkgs, 0)
+	r.InsnsByFunc = rank(ifuncs, top)
 	r.CodeByPkg = rank(pkgs, 0)
 	r.CodeByFunc = rank(funcs, top)
 	r.DataByRegion = rank(regions, 0)

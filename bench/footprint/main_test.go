@@ -61,6 +61,16 @@ func TestWindows(t *testing.T) {
 	if len(r.DataByFunc) != 1 || r.DataByFunc[0] != (count{"main.hot", 1}) {
 		t.Errorf("data by function %+v", r.DataByFunc)
 	}
+	// Instructions outside runtime.gcDrain: 3 in the first window (with
+	// main.rare), 2 in the others.
+	if r.Instructions != 2 || len(w.insns) != 3 || w.insns[0] != 3 {
+		t.Errorf("instructions %d (windows %v), want a median of 2 of [3 2 2]", r.Instructions, w.insns)
+	}
+	// By function, the mean window's: main.hot's and the marker's one
+	// each, main.rare's a third (rounded to 0), none of the excluded one.
+	if len(r.InsnsByFunc) != 3 || r.InsnsByFunc[0] != (count{"main.hot", 1}) || r.InsnsByFunc[1] != (count{"main.marker", 1}) || r.InsnsByFunc[2] != (count{"main.rare", 0}) {
+		t.Errorf("instructions by function %+v", r.InsnsByFunc)
+	}
 	// The one transfer in every window: the marker to main.hot.
 	if r.Jumps != 1 {
 		t.Errorf("jumps %d, want 1", r.Jumps)
