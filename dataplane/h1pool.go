@@ -653,55 +653,58 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request, body []byte, target s
 		strings.IndexByte(host, '/') >= 0 || strings.IndexByte(host, ' ') >= 0 || strings.IndexByte(host, '%') >= 0 || req.Close {
 		return false
 	}
+	// The head is built in the writer's free space and written once it
+	// is whole, so that a header found invalid leaves nothing written.
+	b := bw.AvailableBuffer()
+	b = append(b, req.Method...)
+	b = append(b, ' ')
+	b = append(b, h1.TargetOf(req.URL, target)...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\n"...)
+	if ua, ok := req.Header["User-Agent"]; !ok {
+		b = append(b, "User-Agent: Go-http-client/1.1\r\n"...)
+	} else if len(ua) > 0 && ua[0] != "" {
+		b = appendHeaderLine(b, "User-Agent", ua[0]) // (checked below, with the others)
+	}
+	switch {
+	case body != nil:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
+	case req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch:
+		b = append(b, "Content-Length: 0\r\n"...)
+	}
 	for k, vv := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return false
+		}
+		written := true
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			written = false
 		}
 		for _, v := range vv {
 			if !httpguts.ValidHeaderFieldValue(v) {
 				return false
 			}
+			if written {
+				b = appendHeaderLine(b, k, v)
+			}
 		}
 	}
-	_, _ = bw.WriteString(req.Method)
-	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(h1.TargetOf(req.URL, target))
-	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
-	_, _ = bw.WriteString(host)
-	_, _ = bw.WriteString("\r\n")
-	if ua, ok := req.Header["User-Agent"]; !ok {
-		_, _ = bw.WriteString("User-Agent: Go-http-client/1.1\r\n")
-	} else if len(ua) > 0 && ua[0] != "" {
-		writeHeaderLine(bw, "User-Agent", ua[0])
-	}
-	switch {
-	case body != nil:
-		_, _ = bw.WriteString("Content-Length: ")
-		_, _ = bw.WriteString(strconv.Itoa(len(body)))
-		_, _ = bw.WriteString("\r\n")
-	case req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch:
-		_, _ = bw.WriteString("Content-Length: 0\r\n")
-	}
-	for k, vv := range req.Header {
-		switch k {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
-			continue
-		}
-		for _, v := range vv {
-			writeHeaderLine(bw, k, v)
-		}
-	}
-	_, _ = bw.WriteString("\r\n")
+	b = append(b, "\r\n"...)
+	_, _ = bw.Write(b)
 	return true
 }
 
-// writeHeaderLine writes "k: v" (a valid value), trimmed as net/http
+// appendHeaderLine appends "k: v" (a valid value), trimmed as net/http
 // writes it.
-func writeHeaderLine(bw *bufio.Writer, k, v string) {
-	_, _ = bw.WriteString(k)
-	_, _ = bw.WriteString(": ")
-	_, _ = bw.WriteString(h1.TrimOWS(v))
-	_, _ = bw.WriteString("\r\n")
+func appendHeaderLine(b []byte, k, v string) []byte {
+	b = append(b, k...)
+	b = append(b, ": "...)
+	b = append(b, h1.TrimOWS(v)...)
+	return append(b, "\r\n"...)
 }
 
 // exchangeWatch is what cuts an exchange's connection when its request

@@ -305,6 +305,8 @@ func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 		mk(http.MethodDelete, "http://10.96.0.10/item/7", http.Header{"User-Agent": {""}, "X-Sp": {"  padded\t"}}),
 		mk(http.MethodGet, "http://[fd00::1]:80/", nil),
 		mk(http.MethodPut, "http://echo/p%20q", nil),
+		// a head longer than the writer's buffer (built past its free space)
+		mk(http.MethodGet, "http://echo/big", http.Header{"X-Big": {strings.Repeat("v", 5000)}, "X-After": {"a"}}),
 	}
 	// Each with no target known, the target as read, and one the URL no
 	// longer says (a rewritten path): the line is the URL's each time.

@@ -12,6 +12,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -976,20 +978,27 @@ func (w *worker) requestIDInto(buf *[36]byte) string {
 	w.mu.Unlock()
 	a = a&^(0xf<<12) | 4<<12   // version 4
 	b = b&^(0x3<<62) | 0x2<<62 // variant 10
-	// Hand-formatted: fmt's printer pool is a lock shared by all workers.
-	const hexdig = "0123456789abcdef"
-	j := 0
-	for i, v := range [2]uint64{a, b} {
-		for k := 60; k >= 0; k -= 4 {
-			if pos := i*16 + (60-k)/4; pos == 8 || pos == 12 || pos == 16 || pos == 20 {
-				buf[j] = '-'
-				j++
-			}
-			buf[j] = hexdig[(v>>uint(k))&0xf]
-			j++
-		}
-	}
+	formatUUID(buf, a, b)
 	return unsafe.String(&buf[0], len(buf))
+}
+
+// formatUUID writes the 128 bits a, b as a UUID's 36 characters. Byte by
+// byte, dashes at fixed places: fmt's printer pool is a lock shared by all
+// workers, and a loop that asks at every digit whether a dash comes next
+// is most of the instructions a request's id takes.
+func formatUUID(buf *[36]byte, a, b uint64) {
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], a)
+	binary.BigEndian.PutUint64(raw[8:], b)
+	hex.Encode(buf[0:8], raw[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], raw[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], raw[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], raw[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:36], raw[10:16])
 }
 
 // logHTTP writes the access-log line and the request metrics.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -66,5 +67,23 @@ func TestGeneratedRequestIDOutlivesTheWriter(t *testing.T) {
 	}
 	if dups > 0 {
 		t.Errorf("%d requests reached the upstream with an earlier request's id", dups)
+	}
+}
+
+// TestFormatUUID checks the hand-written UUID layout against fmt's, for
+// the extremes and random bits.
+func TestFormatUUID(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	cases := [][2]uint64{{0, 0}, {^uint64(0), ^uint64(0)}, {0x0123456789abcdef, 0xfedcba9876543210}}
+	for range 1000 {
+		cases = append(cases, [2]uint64{rnd.Uint64(), rnd.Uint64()})
+	}
+	for _, c := range cases {
+		var buf [36]byte
+		formatUUID(&buf, c[0], c[1])
+		want := fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", c[0]>>32, c[0]>>16&0xffff, c[0]&0xffff, c[1]>>48, c[1]&(1<<48-1))
+		if string(buf[:]) != want {
+			t.Fatalf("formatUUID(%#x, %#x) = %q, want %q", c[0], c[1], buf, want)
+		}
 	}
 }

@@ -255,15 +255,14 @@ func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header,
 		if colon <= 0 {
 			return nil, f, false
 		}
-		name := l[:colon]
-		if !httpguts.ValidHeaderFieldName(name) {
+		k, valid := canonicalName(l[:colon])
+		if !valid {
 			return nil, f, false
 		}
 		v := TrimOWS(l[colon+1:])
 		if !httpguts.ValidHeaderFieldValue(v) {
 			return nil, f, false
 		}
-		k := http.CanonicalHeaderKey(name)
 		switch k {
 		case "Transfer-Encoding":
 			f.te = true
@@ -298,6 +297,28 @@ func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header,
 		h[k] = vals[i : i+1 : i+1]
 	}
 	return h, f, true
+}
+
+// canonicalName is http.CanonicalHeaderKey(name) for a valid field name,
+// valid false for an invalid one (httpguts.ValidHeaderFieldName): one
+// pass over a name that is already canonical, as most are, where the two
+// took a pass each.
+func canonicalName(name string) (k string, valid bool) {
+	upper := true // the next letter starts a word
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !httpguts.IsTokenRune(rune(c)) {
+			return "", false
+		}
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			if !httpguts.ValidHeaderFieldName(name[i:]) {
+				return "", false
+			}
+			return http.CanonicalHeaderKey(name), true
+		}
+		upper = c == '-'
+	}
+	return name, name != ""
 }
 
 // ReadRequestFast reads a request head from br when the whole head is

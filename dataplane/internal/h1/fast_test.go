@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/meshlet-dev/meshlet/config"
 )
 
@@ -467,4 +469,30 @@ func TestCountLF(t *testing.T) {
 		}
 	}
 	walk(7)
+}
+
+// TestCanonicalName checks canonicalName against ValidHeaderFieldName
+// and CanonicalHeaderKey on every string of up to 4 bytes over an
+// alphabet of both cases, digits, '-', a separator, a space, a control
+// byte and a high byte.
+func TestCanonicalName(t *testing.T) {
+	const alphabet = "aZz0-_:( \x01\x80"
+	var walk func(s string)
+	walk = func(s string) {
+		k, valid := canonicalName(s)
+		wantValid := httpguts.ValidHeaderFieldName(s)
+		if valid != wantValid || valid && k != http.CanonicalHeaderKey(s) {
+			t.Fatalf("canonicalName(%q) = %q, %v; want %q, %v", s, k, valid, http.CanonicalHeaderKey(s), wantValid)
+		}
+		if len(s) >= 4 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(s + alphabet[i:i+1])
+		}
+	}
+	walk("")
+	for _, s := range []string{"Content-Length", "content-length", "X-Request-Id", "x-REQUEST-id", "Host", "TE", "Te", "-a-", "A--b"} {
+		walk(s)
+	}
 }
