@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -244,6 +245,8 @@ func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header,
 		return nil, f, false
 	}
 	h, vals := s.get(n)
+	var names [16]string // the names so far, for a head of at most 16 lines
+	nnames := 0
 	for i := 0; i < n; i++ {
 		eol := strings.IndexByte(rest, '\n')
 		if eol < 1 || rest[eol-1] != '\r' {
@@ -289,7 +292,16 @@ func parseHeaderLines(rest string, s *HeadScratch, request bool) (h http.Header,
 		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Upgrade":
 			f.hop = true
 		}
-		if old, dup := h[k]; dup {
+		// A repeated name: found among the names so far by comparison
+		// while they are few (cheaper than a map lookup per line).
+		if n <= len(names) {
+			if slices.Contains(names[:nnames], k) {
+				h[k] = append(h[k], v)
+				continue
+			}
+			names[nnames] = k
+			nnames++
+		} else if old, dup := h[k]; dup {
 			h[k] = append(old, v)
 			continue
 		}

@@ -61,6 +61,10 @@ var responseSeeds = []string{
 	"HTTP/1.1 200 OK\r\nTrailer: X-T\r\nContent-Length: 1\r\n\r\nx",
 	"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n", // head not whole
 	"",
+	// repeated names, in any case: found among the names so far (up to
+	// 16 lines) or in the map (more)
+	"HTTP/1.1 200 OK\r\nX-A: 1\r\nx-a: 2\r\nX-B: 3\r\nX-a: 4\r\nContent-Length: 1\r\n\r\nx",
+	"HTTP/1.1 200 OK\r\n" + strings.Repeat("X-Many: m\r\nx-other: o\r\n", 9) + "Content-Length: 1\r\n\r\nx",
 }
 
 // checkResponseFast reads data with ReadResponseFast (into st, if not

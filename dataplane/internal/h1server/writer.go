@@ -444,30 +444,30 @@ func (rw *Writer) commit(final bool) {
 	if text == "" {
 		text = "status code " + strconv.Itoa(rw.status)
 	}
-	_, _ = bw.WriteString("HTTP/1.1 ")
+	// The head is appended in the writer's free space, then written once.
+	b := append(bw.AvailableBuffer(), "HTTP/1.1 "...)
 	if s := rw.status; 100 <= s && s <= 999 {
 		// (Three digits without the number formatter's code.)
-		_ = bw.WriteByte(byte('0' + s/100))
-		_ = bw.WriteByte(byte('0' + s/10%10))
-		_ = bw.WriteByte(byte('0' + s%10))
+		b = append(b, byte('0'+s/100), byte('0'+s/10%10), byte('0'+s%10))
 	} else {
-		_, _ = bw.WriteString(strconv.Itoa(s))
+		b = strconv.AppendInt(b, int64(s), 10)
 	}
-	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(text)
-	_, _ = bw.WriteString("\r\n")
+	b = append(b, ' ')
+	b = append(b, text...)
+	b = append(b, "\r\n"...)
 	for k, vv := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
 		for _, v := range vv {
-			_, _ = bw.WriteString(k)
-			_, _ = bw.WriteString(": ")
-			_, _ = bw.WriteString(headerValue(v))
-			_, _ = bw.WriteString("\r\n")
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, headerValue(v)...)
+			b = append(b, "\r\n"...)
 		}
 	}
-	_, _ = bw.WriteString("\r\n")
+	b = append(b, "\r\n"...)
+	_, _ = bw.Write(b)
 	buf := rw.buf
 	rw.buf = nil
 	_, _ = rw.writeBody(buf)
