@@ -114,29 +114,31 @@ def plain_hops(pkts, front, mid):
 def mesh_by_stream(path, mid, keylog, since):
     """t1 and t4 by request id from the decrypted HTTP/2 mesh hop: a
     stream's request HEADERS carry the id, its answer's HEADERS the time."""
+    sep = "\x1f"  # between a field's occurrences: cannot be in a header value
     out = subprocess.run(
         ["tshark", "-r", path, "-o", f"tls.keylog_file:{keylog}", "-Y", f"http2 && tcp.port=={mid}",
-         "-T", "fields", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "http2.streamid",
-         "-e", "http2.type", "-e", "http2.header.name", "-e", "http2.header.value"],
+         "-T", "fields", "-E", f"aggregator={sep}", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport",
+         "-e", "http2.streamid", "-e", "http2.type", "-e", "http2.header.name", "-e", "http2.header.value"],
         capture_output=True, text=True, check=True).stdout
-    t1, t4, stream_id = {}, {}, {}
+    t1, t4, stream_id = {}, {}, {}  # stream_id: (client port, stream) -> request id
     for line in out.splitlines():
         c = line.split("\t")
-        if len(c) < 4 or float(c[0]) < since:
+        if len(c) < 5 or float(c[0]) < since:
             continue
-        ts = float(c[0])
-        headers = [s for s, typ in zip(c[2].split(","), c[3].split(",")) if typ == "1"]
-        if int(c[1]) != mid:
-            names = c[4].split(",") if len(c) > 4 else []
-            values = c[5].split(",") if len(c) > 5 else []
+        ts, sport, dport = float(c[0]), int(c[1]), int(c[2])
+        headers = [s for s, typ in zip(c[3].split(sep), c[4].split(sep)) if typ == "1"]
+        if sport != mid:
+            names = c[5].split(sep) if len(c) > 5 else []
+            values = c[6].split(sep) if len(c) > 6 else []
             ids = [v for n, v in zip(names, values) if n == "x-request-id" and UUIDISH.match(v)]
             for s, rid in zip(headers, ids):
-                stream_id[s] = rid.encode()
+                stream_id[(sport, s)] = rid.encode()
                 t1[rid.encode()] = ts
         else:
             for s in headers:
-                if s in stream_id:
-                    t4[stream_id.pop(s)] = ts
+                rid = stream_id.pop((dport, s), None)
+                if rid is not None:
+                    t4[rid] = ts
     return t1, t4
 
 

@@ -53,6 +53,7 @@ command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
 # The SPIRE interop test's tools build with cgo.
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 # Real peers the tests use: Prometheus (and promtool).
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # The kind quickstart script is checked, not run (deploy/kind_test.go).
@@ -123,6 +124,8 @@ step "unit tests: go test ./... (every package; fuzz targets on their seed corpu
 run_long "running the unit tests" make --no-print-directory unit
 step "data plane tests on the net/http HTTP/1 fallback: go test ./dataplane/ with MESHLET_TEST_HTTP1_SERVER=net/http (1-2 min)"
 run_long "running the data plane tests on the fallback" make --no-print-directory unit-http1-fallback
+step "the benchmarks' latency split on a synthetic capture (bench/pairsplit.py --self-test)"
+python3 bench/pairsplit.py --self-test
 step "Envoy load-balancing conformance vectors"
 make --no-print-directory vectors
 step "e2e tools (e2e/tools.sh: cached in ${MESHLET_CACHE:-~/.cache/meshlet}; 10-25 min to build cold)"

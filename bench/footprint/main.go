@@ -105,8 +105,9 @@ type windows struct {
 	// made in.
 	jumps map[jump]int
 	// insns is each counted window's instruction count (fetches outside
-	// the excluded functions), fetches the instructions fetched from each
-	// code line over all counted windows.
+	// the excluded functions), fetches the fetches of each instruction
+	// address over all counted windows (by address, not line: a function
+	// may start within a line that another ends).
 	insns   []int
 	fetches map[uint64]int
 }
@@ -123,7 +124,7 @@ type jump struct{ from, to uint64 }
 // request does not).
 func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins uint64) bool) (*windows, error) {
 	w := &windows{code: map[uint64]int{}, data: map[uint64]int{}, firstBy: map[uint64]map[uint64]int{}, jumps: map[jump]int{}, fetches: map[uint64]int{}}
-	fetches := map[uint64]int{} // this window's
+	fetches := map[uint64]int{} // this window's, by instruction address
 	code := map[uint64]struct{}{}
 	jumps := map[jump]struct{}{}
 	var last, next uint64       // the last instruction fetched and the address after it
@@ -187,7 +188,7 @@ func readWindows(r *bufio.Reader, marker uint64, per, skip int, dropped func(ins
 			ins, drop = addr>>lineShift, dropped(addr)
 			if seen >= skip && !drop {
 				insns++
-				fetches[addr>>lineShift]++
+				fetches[addr]++
 				if addr != next && last != 0 {
 					jumps[jump{last, addr}] = struct{}{}
 				}
@@ -420,8 +421,8 @@ func summarize(w *windows, syms symbols, secs []*elf.Section, quorum float64, ex
 	}
 	r.DataPages = len(pages)
 	ipkgs, ifuncs := map[string]int{}, map[string]int{}
-	for l, n := range w.fetches {
-		fn := syms.at(l << lineShift)
+	for a, n := range w.fetches {
+		fn := syms.at(a)
 		ipkgs[pkgOf(fn)] += n
 		ifuncs[fn] += n
 	}

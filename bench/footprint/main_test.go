@@ -165,3 +165,24 @@ func TestFirstOf(t *testing.T) {
 		}
 	}
 }
+
+// TestInstructionsByAddress: a function that starts inside a line another
+// ends in (the linker aligns functions to 32 bytes) is credited its own
+// instructions, not its neighbour.
+func TestInstructionsByAddress(t *testing.T) {
+	syms := symbols{{"main.marker", 0x1000, 4}, {"main.a", 0x2000, 0x20}, {"main.b", 0x2020, 0x20}}
+	tr := "I  00001000,4\nI  00002020,4\nI  00001000,4\nI  00002020,4\nI  00001000,4\n"
+	w, err := readWindows(bufio.NewReader(strings.NewReader(tr)), 0x1000, 1, 0, func(uint64) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := summarize(w, syms, nil, 0.8, regexp.MustCompile(defaultExclude), 10)
+	for _, c := range r.InsnsByFunc {
+		if c.Name == "main.a" {
+			t.Errorf("main.a credited %d instructions of main.b's: %+v", c.Lines, r.InsnsByFunc)
+		}
+	}
+	if len(r.InsnsByFunc) != 2 || r.InsnsByFunc[0] != (count{"main.b", 1}) {
+		t.Errorf("instructions by function %+v, want main.b 1 and main.marker 1", r.InsnsByFunc)
+	}
+}
