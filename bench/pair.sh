@@ -274,24 +274,37 @@ else
 fi
 wait_http "http://$UP/" || die "upstream did not start"
 
+# meshlet_up NAME BINARY SERVER_CONFIG [VAR=VALUE...]: a sidecar pair
+# (the client's environment given), both ready; pids in $srv and $cli.
+meshlet_up() {
+  local name=$1 bin=$2 cfg=$3
+  shift 3
+  start "$name-server" "$bin" run -config "$cfg" -watch 0 -concurrency 1 -identity-dir "$tmp/id-server"
+  srv=$started
+  start "$name-client" env "$@" "$bin" run -config "$tmp/meshlet-client.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-client"
+  cli=$started
+  wait_http "http://127.0.0.1:18296/ready" || die "$name: the server sidecar is not ready: $(tail -3 "$tmp/$name-server.out")"
+  wait_http "http://127.0.0.1:18291/ready" || die "$name: the client sidecar is not ready: $(tail -3 "$tmp/$name-client.out")"
+}
+# haproxy_up NAME SERVER_CFG CLIENT_CFG: a haproxy pair; pids in $srv and $cli.
+haproxy_up() {
+  start "$1-server" haproxy -db -f "$2"
+  srv=$started
+  start "$1-client" haproxy -db -f "$3"
+  cli=$started
+}
 bench_meshlet() { # bench_meshlet ROUND NAME SERVER_CONFIG
   log "$2, round $1"
-  start "$2-server@$1" "$tmp/sidecar" run -config "$3" -watch 0 -concurrency 1 -identity-dir "$tmp/id-server"
-  local srv=$started
-  start "$2-client@$1" "$tmp/sidecar" run -config "$tmp/meshlet-client.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-client"
-  local cli=$started
-  wait_http "http://127.0.0.1:18296/ready" || die "$2: the server sidecar is not ready: $(tail -3 "$tmp/$2-server@$1.out")"
-  wait_http "http://127.0.0.1:18291/ready" || die "$2: the client sidecar is not ready: $(tail -3 "$tmp/$2-client@$1.out")"
+  local srv cli
+  meshlet_up "$2@$1" "$tmp/sidecar" "$3"
   measure "$2@$1" "http://127.0.0.1:18201/" "$cli" "$srv"
   curl -fsS --max-time 2 "http://127.0.0.1:18297/stats/prometheus" >"$tmp/$2-server@$1.prom" 2>/dev/null || true
   stop "$cli" "$srv"
 }
 bench_haproxy() { # bench_haproxy ROUND NAME SERVER_CFG
   log "$2, round $1"
-  start "$2-server@$1" haproxy -db -f "$3"
-  local srv=$started
-  start "$2-client@$1" haproxy -db -f "$tmp/haproxy-client.cfg"
-  local cli=$started
+  local srv cli
+  haproxy_up "$2@$1" "$3" "$tmp/haproxy-client.cfg"
   measure "$2@$1" "http://127.0.0.1:18211/" "$cli" "$srv"
   stop "$cli" "$srv"
 }
@@ -317,18 +330,10 @@ split_run() { # split_run ROUND PAIR
   done
   if [ "$2" = meshlet ]; then
     rm -f "$tmp/keys.log"
-    start "$name-server" "$tmp/sidecar-keylog" run -config "$tmp/meshlet-server.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-server"
-    srv=$started
-    start "$name-client" env MESHLET_TLS_KEYLOG="$tmp/keys.log" "$tmp/sidecar-keylog" run -config "$tmp/meshlet-client.yaml" -watch 0 -concurrency 1 -identity-dir "$tmp/id-client"
-    cli=$started
-    wait_http "http://127.0.0.1:18296/ready" || die "$name: the server sidecar is not ready"
-    wait_http "http://127.0.0.1:18291/ready" || die "$name: the client sidecar is not ready"
+    meshlet_up "$name" "$tmp/sidecar-keylog" "$tmp/meshlet-server.yaml" MESHLET_TLS_KEYLOG="$tmp/keys.log"
     keylog=(--keylog "$tmp/keys.log")
   else
-    start "$name-server" haproxy -db -f "$tmp/haproxy-server.cfg"
-    srv=$started
-    start "$name-client" haproxy -db -f "$tmp/haproxy-client-id.cfg"
-    cli=$started
+    haproxy_up "$name" "$tmp/haproxy-server.cfg" "$tmp/haproxy-client-id.cfg"
   fi
   wait_http "http://127.0.0.1:$front/" || die "$name: the pair does not answer"
   "$fortio" load -quiet -c 8 -qps 1000 -t 2s "http://127.0.0.1:$front/" >/dev/null 2>&1 || true
